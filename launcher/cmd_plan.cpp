@@ -1,0 +1,193 @@
+// meshrun plan: the dry run. Resolves a template (plus flags) into a layout, checks it, and prints where every
+// rank will sit. Exit 0 when valid; 2 with one line per problem on stderr (and nothing on stdout) otherwise.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "config_flags.hpp"
+#include "meshrun/json.hpp"
+#include "plan_render.hpp"
+#ifdef MESHRUN_HAVE_PLANNER
+#include "meshrun/planner.hpp"
+#endif
+
+extern char** environ;
+
+namespace {
+
+const char* kPlanHelp =
+    "usage: meshrun plan [TEMPLATE.toml] [options]\n"
+    "\n"
+    "Dry-run a layout: resolved values and their sources, checks, the rank -> node/GPU/coordinates table,\n"
+    "every axis's groups and whether they stay on NVLink or cross the network. Submits nothing.\n"
+    "\n"
+    "options:\n"
+    "  --format table|json|svg  output format (default table)\n"
+    "  --all                    print every node (the table shows the first two and the last by default)\n"
+    "  --estimate               add memory and step-time estimates\n"
+    "  --search [--top N]       rank every valid layout for this model and cluster by estimated step time\n"
+    "  --topology FILE.xml      use this hwloc XML node topology for every node (NIC and CPU set per rank)\n"
+    "%s"
+    "\n"
+    "examples:\n"
+    "  meshrun plan templates/llama3-405b.toml\n"
+    "  meshrun plan templates/llama3-8b.toml --mesh-tp 4 --mesh-dp auto --format json\n"
+    "  meshrun plan templates/tiny.toml --nodes 2 --gpus-per-node 4 --set parallel.pp=2\n"
+    "\n"
+    "exit status: 0 valid, 2 invalid input (reasons on stderr, nothing on stdout)\n";
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "meshrun plan: %s\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  using namespace meshrun;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  ConfigRequest req;
+  std::string format = "table", topology_xml;
+  bool all = false, estimate = false, search = false;
+  int top = 10;
+  try {
+    for (size_t i = 0; i < args.size();) {
+      const std::string& a = args[i];
+      if (a == "--help" || a == "-h") {
+        std::printf(kPlanHelp, cli::config_flags_help());
+        return 0;
+      }
+      if (cli::take_config_flag(args, i, req)) continue;
+      auto value = [&](const char* flag) -> std::string {
+        if (a == flag) {
+          if (i + 1 >= args.size()) throw ConfigError(std::string(flag) + ": missing value");
+          i += 2;
+          return args[i - 1];
+        }
+        std::string prefix = std::string(flag) + "=";
+        if (a.rfind(prefix, 0) == 0) {
+          ++i;
+          return a.substr(prefix.size());
+        }
+        return "\x01";
+      };
+      std::string v;
+      if ((v = value("--format")) != "\x01") {
+        format = v;
+        if (format != "table" && format != "json" && format != "svg")
+          throw ConfigError("--format " + format + ": unknown format; use table, json or svg");
+        continue;
+      }
+      if ((v = value("--topology")) != "\x01") { topology_xml = v; continue; }
+      if ((v = value("--top")) != "\x01") {
+        try {
+          top = std::stoi(v);
+        } catch (...) {
+          top = 0;
+        }
+        if (top < 1) throw ConfigError("--top " + v + ": expected a positive count");
+        continue;
+      }
+      if (a == "--all") { all = true; ++i; continue; }
+      if (a == "--estimate") { estimate = true; ++i; continue; }
+      if (a == "--search") { search = true; ++i; continue; }
+      if (!a.empty() && a[0] == '-') throw ConfigError("unknown option '" + a + "'; see 'meshrun plan --help'");
+      if (!req.template_path.empty())
+        throw ConfigError("more than one template ('" + req.template_path + "' and '" + a + "'); give one");
+      req.template_path = a;
+      ++i;
+    }
+  } catch (const ConfigError& e) {
+    return fail(e.what());
+  }
+
+  auto env = environment_map(environ);
+  req.environment = &env;
+  Config cfg;
+  try {
+    cfg = build_config(req);
+  } catch (const ConfigError& e) {
+    return fail(e.what());
+  }
+
+  std::vector<Problem> problems;
+  Cluster cluster = resolve_cluster(cfg.job.cluster, &problems);
+  auto layout = resolve_layout(cfg.job.parallel, cluster.gpus(), &problems);
+  std::vector<std::string> checks;
+  if (layout && problems.empty()) {
+    auto more = validate(cfg.job, *layout, cluster, &checks);
+    problems.insert(problems.end(), more.begin(), more.end());
+  }
+  if (!problems.empty()) {
+    std::string where = req.template_path.empty() ? "" : " (" + req.template_path + ")";
+    for (const auto& p : problems) std::fprintf(stderr, "meshrun plan: invalid layout%s: %s\n", where.c_str(), p.message.c_str());
+    return 2;
+  }
+
+#ifdef MESHRUN_HAVE_PLANNER
+  if (search) {
+    // [search] The planner ranks every valid layout; the dry run of the template's own layout is not printed.
+    auto result = planner::search(cfg.job, top);
+    if (format == "json") std::cout << planner::search_json(result) << "\n";
+    else planner::print_search_table(std::cout, result);
+    return 0;
+  }
+#else
+  if (search || estimate) return fail("--estimate/--search need the planner, which this build does not include");
+#endif
+
+  RankMap map(*layout, cluster);
+  std::vector<std::string> warnings = layout_warnings(cfg.job, *layout, cluster);
+  for (const auto& s : summarize_groups(map)) {
+    int crossing = s.by_link[static_cast<int>(Link::network)];
+    if (s.kind == GroupKind::tp && crossing > 0)
+      warnings.push_back(std::to_string(crossing) + " of " + std::to_string(s.count) +
+                         " TP groups cross the network with order " + layout->order.str() +
+                         "; put tp first in parallel.order");
+    if (s.kind == GroupKind::ep && crossing > 0)
+      warnings.push_back("EP all-to-all crosses the network in " + std::to_string(crossing) + " of " +
+                         std::to_string(s.count) + " EP groups; keep ep·tp within a node where the model allows");
+  }
+
+  cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, {}, {}};
+  // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.
+  if (!topology_xml.empty()) return fail("--topology: node topologies are not supported by this build yet");
+  // [/topology]
+
+  if (format == "svg") {
+    // [svg]
+    return fail("--format svg: the SVG renderer is not part of this build yet");
+    // [/svg]
+  }
+  if (format == "json") {
+    std::string out;
+    out.reserve(size_t(map.world()) * 200 + 4096);
+    JsonWriter j(out);
+    j.begin_object();
+    cli::render_plan_json_body(j, view);
+#ifdef MESHRUN_HAVE_PLANNER
+    if (estimate) {
+      j.key("estimate").raw(planner::estimate_json(planner::estimate(cfg.job)));
+    }
+#endif
+    j.end_object();
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  }
+  std::ostringstream o;
+  cli::render_plan_table(o, view);
+#ifdef MESHRUN_HAVE_PLANNER
+  if (estimate) {
+    o << "\n";
+    planner::print_estimate_table(o, planner::estimate(cfg.job));
+  }
+#endif
+  std::fputs(o.str().c_str(), stdout);
+  return 0;
+}

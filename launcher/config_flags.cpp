@@ -1,0 +1,66 @@
+#include "config_flags.hpp"
+
+namespace meshrun::cli {
+namespace {
+struct FlagKey {
+  const char* flag;
+  const char* key;
+};
+constexpr FlagKey kFlags[] = {
+    {"--mesh-tp", "parallel.tp"},       {"--mesh-cp", "parallel.cp"},   {"--mesh-pp", "parallel.pp"},
+    {"--mesh-dp", "parallel.dp"},       {"--mesh-ep", "parallel.ep"},   {"--mesh-order", "parallel.order"},
+    {"--nodes", "cluster.nodes"},       {"--gpus-per-node", "cluster.gpus_per_node"},
+};
+}  // namespace
+
+bool take_config_flag(const std::vector<std::string>& args, size_t& i, ConfigRequest& req) {
+  const std::string& a = args[i];
+  auto value_of = [&](const std::string& flag, std::string* out) -> bool {
+    if (a == flag) {
+      if (i + 1 >= args.size()) throw ConfigError(flag + ": missing value; write " + flag + " VALUE");
+      *out = args[++i];
+      return true;
+    }
+    if (a.rfind(flag + "=", 0) == 0) {
+      *out = a.substr(flag.size() + 1);
+      return true;
+    }
+    return false;
+  };
+  std::string v;
+  if (value_of("--set", &v)) {
+    req.sets.push_back(v);
+    ++i;
+    return true;
+  }
+  if (value_of("--site", &v)) {
+    req.site_path = v;
+    ++i;
+    return true;
+  }
+  if (a == "--no-site") {
+    req.use_site = false;
+    ++i;
+    return true;
+  }
+  for (const auto& f : kFlags) {
+    if (value_of(f.flag, &v)) {
+      req.flags.push_back({f.key, v, f.flag});
+      ++i;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* config_flags_help() {
+  return "  --mesh-tp N, --mesh-cp N, --mesh-pp N, --mesh-dp N|auto, --mesh-ep N, --mesh-order ORDER\n"
+         "                       layout sizes and axis order (override the template)\n"
+         "  --nodes N            node count (cluster.nodes)\n"
+         "  --gpus-per-node G    GPUs per node (cluster.gpus_per_node)\n"
+         "  --set SECTION.KEY=V  set any template key, e.g. --set training.seq_len=4096 (repeatable)\n"
+         "  --site FILE          site defaults file (default: $MESHRUN_SITE_CONFIG or /etc/meshrun/site.toml)\n"
+         "  --no-site            ignore the site defaults file\n";
+}
+
+}  // namespace meshrun::cli

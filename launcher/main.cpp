@@ -1,0 +1,60 @@
+// `meshrun`: a tiny dispatcher over one file per subcommand.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "commands.hpp"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+#ifdef MESHRUN_HAVE_CMD_PLAN
+    {"plan", cmd_plan, "dry-run a layout: rank map, groups, checks (and estimates, search)"},
+#endif
+#ifdef MESHRUN_HAVE_CMD_TOPO
+    {"topo", cmd_topo, "show this node's GPUs, NICs, NVLink and GPU-NIC pairing"},
+#endif
+#ifdef MESHRUN_HAVE_CMD_SBATCH
+    {"sbatch", cmd_sbatch, "render (and submit) a batch script for a template"},
+#endif
+#ifdef MESHRUN_HAVE_CMD_RUN
+    {"run", cmd_run, "launch a template with srun (in an allocation) or mpirun (locally)"},
+#endif
+#ifdef MESHRUN_HAVE_CMD_EXEC
+    {"exec", cmd_exec, "per-task wrapper: set rank, GPU, CPU binding and NCCL, then exec a command"},
+#endif
+};
+
+void usage(std::FILE* out) {
+  std::fprintf(out, "usage: meshrun <command> [options]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n'meshrun <command> --help' shows a command's options and examples.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string_view name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (name == "--version") {
+    std::printf("meshrun 0.1.0\n");
+    return 0;
+  }
+  for (const auto& c : kCommands)
+    if (name == c.name) return c.run(argc - 1, argv + 1);
+  std::fprintf(stderr, "meshrun: unknown command '%s'; run 'meshrun --help' for the list\n", argv[1]);
+  return 2;
+}

@@ -1,0 +1,218 @@
+#include "plan_render.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "meshrun/json.hpp"
+
+namespace meshrun::cli {
+namespace {
+
+std::string pad(const std::string& s, size_t w, bool right = false) {
+  if (s.size() >= w) return s;
+  return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+}
+
+std::string layer_summary(const std::vector<int>& layers) {
+  // "8 × 16" for even splits, else the list (shortened for many chunks).
+  bool even = std::all_of(layers.begin(), layers.end(), [&](int x) { return x == layers.front(); });
+  if (even) return std::to_string(layers.front()) + " layers in each of " + std::to_string(layers.size()) + " chunks";
+  std::string s;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers.size() > 8 && i == 3) {
+      s += " …";
+      i = layers.size() - 3;
+    }
+    s += (s.empty() ? "" : " ") + std::to_string(layers[i]);
+  }
+  return "layers per chunk: " + s;
+}
+
+// Nodes to print: all, or the first two and the last.
+std::vector<int> nodes_to_show(int nodes, bool all) {
+  std::vector<int> v;
+  if (all || nodes <= 4) {
+    for (int i = 0; i < nodes; ++i) v.push_back(i);
+  } else {
+    v = {0, 1, nodes - 1};
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string rank_formula(const Layout& l) {
+  std::vector<Axis> dense;
+  for (Axis a : l.order.axes)
+    if (a != Axis::ep) dense.push_back(a);
+  // tp + TP·(cp + CP·(dp + DP·pp)), built from the slowest axis outwards.
+  std::string inner = axis_name(dense.back());
+  for (int i = static_cast<int>(dense.size()) - 2; i >= 0; --i) {
+    bool single = i == static_cast<int>(dense.size()) - 2;
+    inner = std::string(axis_name(dense[i])) + " + " + std::to_string(l.size(dense[i])) + "·" +
+            (single ? inner : "(" + inner + ")");
+  }
+  return "rank = " + inner;
+}
+
+std::vector<ShownValue> shown_values(const Config& cfg, const Layout& l) {
+  std::vector<ShownValue> out;
+  for (const auto& k : config_keys()) {
+    bool layout_key = k.key.rfind("parallel.", 0) == 0 || k.key.rfind("cluster.node", 0) == 0 ||
+                      k.key == "cluster.gpus_per_node";
+    bool set = cfg.origins.count(k.key) > 0;
+    if (!layout_key && !set) continue;
+    ShownValue v{k.key, value_text(cfg.job, k.key), cfg.origin_of(k.key).str()};
+    if (k.key == "parallel.dp" && cfg.job.parallel.dp == 0)
+      v.value = "auto = " + std::to_string(l.dp);
+    if (k.key == "cluster.nodes" && cfg.job.cluster.nodes == 0) v.value = "0 (from hostlist, else 1)";
+    if (k.key == "cluster.gpus_per_node" && cfg.job.cluster.gpus_per_node == 0) v.value = "0 (from node_type)";
+    out.push_back(std::move(v));
+  }
+  for (const auto& [name, value] : cfg.job.env)
+    out.push_back({"env." + name, value, cfg.origin_of("env." + name).str()});
+  return out;
+}
+
+void render_plan_table(std::ostream& o, const PlanView& v) {
+  const RankMap& map = v.map;
+  const Layout& l = map.layout();
+  const Cluster& c = map.cluster();
+  const JobConfig& job = v.config.job;
+  o << "meshrun plan" << (v.template_path.empty() ? "" : ": " + v.template_path) << "\n\n";
+  o << "layout    tp=" << l.tp << " cp=" << l.cp << " pp=" << l.pp << " dp=" << l.dp << " ep=" << l.ep
+    << "  zero=" << l.zero_stage << (l.sequence_parallel ? " sp" : "") << "\n";
+  o << "order     " << l.order.str() << " (leftmost varies fastest): " << rank_formula(l) << "\n";
+  o << "world     " << map.world() << " ranks = " << c.nodes << " nodes × " << c.gpus_per_node << " GPUs ("
+    << c.type.name << ", NVLink domain " << c.nvlink_domain_gpus << " GPU" << (c.nvlink_domain_gpus == 1 ? "" : "s")
+    << ")\n";
+  if (auto layers = chunk_layers(job.model.layers, l.pp * l.virtual_stages))
+    o << "pipeline  " << l.pp << " stage" << (l.pp == 1 ? "" : "s") << " × " << l.virtual_stages << " chunk"
+      << (l.virtual_stages == 1 ? "" : "s") << "; " << layer_summary(*layers) << "\n";
+  int64_t micro = job.training.global_batch_size / (int64_t(l.dp) * job.training.micro_batch_size);
+  o << "batch     " << job.training.global_batch_size << " sequences × " << job.training.seq_len
+    << " tokens per step; " << micro << " micro-batch" << (micro == 1 ? "" : "es") << " of "
+    << job.training.micro_batch_size << " per DP rank\n";
+
+  o << "\nvalues (source)\n";
+  for (const auto& sv : shown_values(v.config, l))
+    o << "  " << pad(sv.key, 28) << pad(sv.value, 22) << " " << sv.source << "\n";
+
+  o << "\nchecks passed (" << v.checks.size() << "):";
+  for (size_t i = 0; i < v.checks.size(); ++i) o << (i ? ", " : " ") << v.checks[i];
+  o << "\n";
+
+  auto shown = nodes_to_show(c.nodes, v.all_nodes);
+  o << "\nranks";
+  if (static_cast<int>(shown.size()) < c.nodes)
+    o << " (nodes 0, 1 and " << c.nodes - 1 << " of " << c.nodes << "; --all prints every node)";
+  o << "\n";
+  int prev = -1;
+  for (int node : shown) {
+    if (prev >= 0 && node != prev + 1) o << "  … " << node - prev - 1 << " more nodes\n";
+    prev = node;
+    o << "  node " << node << "  " << c.hosts[node] << "  (NVLink domain " << c.nvlink_domain_of(node, 0) << ")\n";
+    o << "    " << pad("rank", 7, true) << pad("local", 6, true) << pad("gpu", 5, true) << pad("tp", 5, true)
+      << pad("cp", 5, true) << pad("pp", 5, true) << pad("dp", 6, true) << pad("ep", 5, true);
+    for (const auto& h : v.extra_columns) o << "  " << pad(h, 12);
+    o << "\n";
+    for (int local = 0; local < c.gpus_per_node; ++local) {
+      int r = map.rank_at(node, local);
+      Coord x = map.coords(r);
+      Placement p = map.placement(r);
+      o << "    " << pad(std::to_string(r), 7, true) << pad(std::to_string(p.local_rank), 6, true)
+        << pad(std::to_string(p.gpu), 5, true) << pad(std::to_string(x.tp), 5, true)
+        << pad(std::to_string(x.cp), 5, true) << pad(std::to_string(x.pp), 5, true)
+        << pad(std::to_string(x.dp), 6, true) << pad(std::to_string(x.ep), 5, true);
+      if (v.extra_cells)
+        for (const auto& cell : v.extra_cells(local)) o << "  " << pad(cell, 12);
+      o << "\n";
+    }
+  }
+
+  o << "\ngroups\n    " << pad("axis", 7) << pad("size", 7, true) << pad("count", 8, true) << "  link\n";
+  for (const auto& s : summarize_groups(map)) {
+    std::string links;
+    const Link order[] = {Link::self, Link::nvlink, Link::pcie, Link::network};
+    for (Link ln : order) {
+      int n = s.by_link[static_cast<int>(ln)];
+      if (n == 0) continue;
+      if (!links.empty()) links += ", ";
+      links += n == s.count ? std::string(link_name(ln)) : std::string(link_name(ln)) + " " + std::to_string(n);
+    }
+    o << "    " << pad(group_name(s.kind), 7) << pad(std::to_string(s.size), 7, true)
+      << pad(std::to_string(s.count), 8, true) << "  " << links << "\n";
+  }
+  o << "\nwarnings:";
+  if (v.warnings.empty()) o << " none\n";
+  else {
+    o << "\n";
+    for (const auto& w : v.warnings) o << "  - " << w << "\n";
+  }
+}
+
+void render_plan_json_body(JsonWriter& j, const PlanView& v) {
+  const RankMap& map = v.map;
+  const Layout& l = map.layout();
+  const Cluster& c = map.cluster();
+  j.field("template", v.template_path);
+  j.field("world_size", map.world());
+  j.key("layout").begin_object();
+  j.field("tp", l.tp).field("cp", l.cp).field("pp", l.pp).field("dp", l.dp).field("ep", l.ep);
+  j.field("order", l.order.str()).field("virtual_stages", l.virtual_stages).field("zero_stage", l.zero_stage);
+  j.field("sequence_parallel", l.sequence_parallel).field("formula", rank_formula(l));
+  j.end_object();
+  j.key("cluster").begin_object();
+  j.field("nodes", c.nodes).field("gpus_per_node", c.gpus_per_node).field("nvlink_domain_gpus", c.nvlink_domain_gpus);
+  j.field("node_type", c.type.name);
+  j.end_object();
+  j.key("values").begin_object();
+  for (const auto& sv : shown_values(v.config, l)) {
+    j.key(sv.key).begin_object().field("value", sv.value).field("source", sv.source).end_object();
+  }
+  j.end_object();
+  j.key("checks").begin_array();
+  for (const auto& ch : v.checks) j.value(ch);
+  j.end_array();
+  if (auto layers = chunk_layers(v.config.job.model.layers, l.pp * l.virtual_stages)) j.key("chunk_layers").int_array(*layers);
+
+  // The rank table is the bulk of the document: write it with plain appends.
+  j.key("ranks").begin_array();
+  for (int r = 0; r < map.world(); ++r) {
+    Coord x = map.coords(r);
+    Placement p = map.placement(r);
+    j.begin_object();
+    j.field("rank", r).field("node", p.node).field("host", c.hosts[p.node]).field("local_rank", p.local_rank);
+    j.field("gpu", p.gpu).field("tp", x.tp).field("cp", x.cp).field("pp", x.pp).field("dp", x.dp).field("ep", x.ep);
+    if (v.extra_cells) {
+      auto cells = v.extra_cells(p.local_rank);
+      for (size_t k = 0; k < cells.size() && k < v.extra_columns.size(); ++k) j.field(v.extra_columns[k], cells[k]);
+    }
+    j.end_object();
+  }
+  j.end_array();
+
+  j.key("groups").begin_object();
+  for (GroupKind k : kGroupKinds) {
+    j.key(group_name(k)).begin_array();
+    for (const auto& g : map.grid().groups(k)) j.int_array(g);
+    j.end_array();
+  }
+  j.end_object();
+  j.key("group_links").begin_object();
+  for (const auto& s : summarize_groups(map)) {
+    j.key(group_name(s.kind)).begin_object();
+    j.field("size", s.size).field("count", s.count);
+    for (Link ln : {Link::self, Link::nvlink, Link::pcie, Link::network})
+      j.field(link_name(ln), s.by_link[static_cast<int>(ln)]);
+    j.end_object();
+  }
+  j.end_object();
+  j.key("warnings").begin_array();
+  for (const auto& w : v.warnings) j.value(w);
+  j.end_array();
+}
+
+}  // namespace meshrun::cli

@@ -1,0 +1,41 @@
+// Renders the dry run of `meshrun plan`: the resolved layout with each value's source, the checks, the
+// per-node rank table, the group summary and warnings, as a table or as JSON (a contract other tools read).
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "meshrun/config.hpp"
+#include "meshrun/json.hpp"
+#include "meshrun/rank_map.hpp"
+
+namespace meshrun::cli {
+
+struct PlanView {
+  const Config& config;
+  const RankMap& map;
+  std::string template_path;
+  std::vector<std::string> checks;    // checks performed (all passed)
+  std::vector<std::string> warnings;
+  bool all_nodes = false;             // print every node instead of a summary
+  // Optional extra per-rank columns (e.g. NIC and CPU set from a node topology): header names and a
+  // function giving the cells of one local rank.
+  std::vector<std::string> extra_columns;
+  std::function<std::vector<std::string>(int local_rank)> extra_cells;
+};
+
+void render_plan_table(std::ostream& out, const PlanView& v);
+// Writes the plan's keys into an object the caller has opened (so it can add sections such as "estimate").
+void render_plan_json_body(JsonWriter& j, const PlanView& v);
+
+// The rank formula of a layout, e.g. "rank = tp + 8·(cp + 1·(dp + 128·pp))".
+std::string rank_formula(const Layout& l);
+
+// Non-default values, the layout keys, and where each came from.
+struct ShownValue {
+  std::string key, value, source;
+};
+std::vector<ShownValue> shown_values(const Config& cfg, const Layout& resolved);
+
+}  // namespace meshrun::cli

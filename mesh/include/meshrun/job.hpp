@@ -1,0 +1,115 @@
+// The job description every part of meshrun reads: model, layout, cluster, training.
+// Plain values with defaults; templates (template.hpp) fill them, nothing here does I/O.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace meshrun {
+
+// Parallel axes. The order string names all five; the leftmost varies fastest.
+enum class Axis { tp, cp, ep, dp, pp };
+inline constexpr int kAxes = 5;
+const char* axis_name(Axis a);
+
+struct ModelSpec {
+  std::string name = "model";
+  int layers = 2;
+  int hidden = 64;
+  int ffn_hidden = 256;
+  int heads = 4;
+  int kv_heads = 4;          // GQA: kv_heads divides heads
+  int64_t vocab = 256;
+  std::string mlp = "swiglu";  // "swiglu" | "gelu"
+  bool tied_embeddings = false;
+  int experts = 0;           // 0 = dense
+  int top_k = 1;
+  int moe_ffn_hidden = 0;    // 0 = ffn_hidden
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  int head_dim() const { return hidden / heads; }
+};
+
+struct LayoutSpec {
+  int tp = 1, cp = 1, pp = 1, ep = 1;
+  int dp = 0;                // 0 = "auto": world / (tp·cp·pp)
+  std::string order = "tp-cp-ep-dp-pp";
+  int virtual_stages = 1;    // interleaved pipeline chunks per rank
+  int zero_stage = 0;        // 0..3
+  bool sequence_parallel = false;
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb
+};
+
+struct ClusterSpec {
+  int nodes = 0;                      // 0 = the hostlist's length, else 1
+  int gpus_per_node = 0;              // 0 = from node_type
+  std::string node_type = "generic";  // dgx-h100 | dgx-h200 | dgx-a100 | gb200-nvl72 | generic
+  int nvlink_domain_gpus = 0;         // 0 = from node_type (generic: 1 = no NVLink)
+  std::string hostlist;               // Slurm hostlist, e.g. "node[001-128]"; empty = node0000..
+  // Hardware facts for the planner; 0 / empty = take them from the node type's catalogue entry.
+  std::string gpu;                    // GPU model ("h100-sxm", "h200", "a100-80gb", "b200", "gb200")
+  double gpu_memory_gib = 0;
+  double gpu_bf16_tflops = 0;         // dense peak
+  double nvlink_gbps = 0;             // GB/s per GPU per direction
+  int nics_per_node = 0;
+  double nic_gbps = 0;                // Gbit/s per NIC
+};
+
+struct TrainingSpec {
+  int seq_len = 128;
+  int global_batch_size = 8;          // sequences per optimizer step
+  int micro_batch_size = 1;           // sequences per micro-batch per DP rank
+  int steps = 10;
+  double lr = 3e-4;
+  double min_lr = 0.0;
+  int warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double grad_clip = 1.0;             // 0 = off
+  uint64_t seed = 1234;
+  std::string recompute = "none";     // none | selective | full (planner)
+  std::string dtype = "fp32";         // trainer compute dtype on CPU: fp32 | fp64
+  // Mixed-precision dtypes the planner assumes for GPU runs (bytes per element from the name).
+  std::string param_dtype = "bf16";
+  std::string grad_dtype = "fp32";
+  std::string optim_dtype = "fp32";   // master weights and both Adam moments
+};
+
+struct DataSpec {
+  std::string path;                   // raw token file (.bin)
+  std::string token_dtype = "uint16"; // uint16 | uint32
+  bool shuffle = false;
+  std::string text;                   // optional UTF-8 corpus to tokenize
+};
+
+struct CheckpointSpec {
+  std::string dir;
+  int interval = 0;                   // steps; 0 = only on signal / at end
+  bool resume = true;
+  std::string signal = "USR1";
+  int signal_lead_s = 120;
+  std::string load;                   // safetensors file to start from
+  std::string save;                   // safetensors file to write at the end
+};
+
+struct JobSpec {
+  std::string name = "meshrun";
+  std::string time = "01:00:00";
+  std::string partition, account, qos;
+};
+
+// Everything one template describes.
+struct JobConfig {
+  JobSpec job;
+  ClusterSpec cluster;
+  ModelSpec model;
+  LayoutSpec parallel;
+  TrainingSpec training;
+  DataSpec data;
+  CheckpointSpec checkpoint;
+  std::map<std::string, std::string> env;   // [env]: extra variables (filtered by an allow-list)
+};
+
+}  // namespace meshrun

@@ -1,0 +1,84 @@
+// Layouts, node types, clusters and the checks that tie them to a model.
+// Pure values and functions: nothing here reads files or the environment.
+#pragma once
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshrun/job.hpp"
+
+namespace meshrun {
+
+// One actionable line: what is wrong and how to fix it.
+struct Problem {
+  std::string check;    // short id of the check, e.g. "world-size", "heads-tp"
+  std::string message;  // "<what is wrong>; <fix>"
+};
+
+// The five axes in rank order; axes[0] varies fastest. Written "tp-cp-ep-dp-pp".
+struct AxisOrder {
+  std::array<Axis, kAxes> axes{Axis::tp, Axis::cp, Axis::ep, Axis::dp, Axis::pp};
+  std::string str() const;
+  int position(Axis a) const;  // 0 = fastest
+  bool operator==(const AxisOrder&) const = default;
+};
+// Accepts '-', ',' or ' ' as separators, any case ("TP,CP,PP,DP" is Llama 3's order; a missing ep is
+// placed right after the last of cp/dp, as Megatron folds it). On failure returns nullopt and sets *error.
+std::optional<AxisOrder> parse_order(std::string_view text, std::string* error);
+
+// A layout with every size known.
+struct Layout {
+  int tp = 1, cp = 1, pp = 1, dp = 1, ep = 1;
+  AxisOrder order;
+  int virtual_stages = 1;
+  int zero_stage = 0;
+  bool sequence_parallel = false;
+  int world() const { return tp * cp * pp * dp; }
+  int size(Axis a) const;  // ep's size is the expert-parallel degree (it folds into cp·dp)
+};
+
+// Hardware facts of a node type that placement needs (performance figures live in the planner).
+struct NodeType {
+  std::string name;
+  std::string gpu;                // GPU model key, e.g. "h100-sxm"
+  int gpus_per_node;
+  int nvlink_domain_gpus;         // GPUs that share one NVLink domain (1 = no NVLink)
+  int nics_per_node;              // compute (GPU-facing) NICs
+  bool rail_optimized;            // one NIC per GPU on its own rail
+  std::string description;
+};
+const std::vector<NodeType>& node_types();
+const NodeType* find_node_type(std::string_view name);
+
+// The cluster a layout is placed on.
+struct Cluster {
+  int nodes = 1;
+  int gpus_per_node = 8;
+  int nvlink_domain_gpus = 1;
+  NodeType type;
+  std::vector<std::string> hosts;  // one per node
+  int gpus() const { return nodes * gpus_per_node; }
+  // NVLink domain index of a global GPU slot (node * gpus_per_node + local).
+  int nvlink_domain_of(int node, int local) const;
+};
+// Resolves node type defaults, the NVLink domain and host names. Problems go to *problems.
+Cluster resolve_cluster(const ClusterSpec& spec, std::vector<Problem>* problems);
+
+// Resolves "auto" (dp = 0) and parses the order. world = the number of GPUs (ranks) the job gets.
+std::optional<Layout> resolve_layout(const LayoutSpec& spec, int world, std::vector<Problem>* problems);
+
+// Layer placement over pipeline chunks (pp · virtual_stages of them): even, or Llama 3's split where the
+// first and last chunks hold one layer fewer (room for the embedding and the output head).
+std::optional<std::vector<int>> chunk_layers(int layers, int chunks);
+
+// Every check of a layout against model, training setup and cluster. Empty = valid.
+// `checks_run` (optional) receives the name of every check performed, for the dry run's "checks passed".
+std::vector<Problem> validate(const JobConfig& cfg, const Layout& layout, const Cluster& cluster,
+                              std::vector<std::string>* checks_run = nullptr);
+
+// Non-fatal observations (e.g. TP on PCIe, EP crossing the network).
+std::vector<std::string> layout_warnings(const JobConfig& cfg, const Layout& layout, const Cluster& cluster);
+
+}  // namespace meshrun

@@ -1,0 +1,110 @@
+// The one function that computes everything a task needs before it starts: rank variables, GPU visibility,
+// CPU affinity, NCCL network variables and the allowed extra variables. The SPANK plugin (task_init),
+// `meshrun exec` and the trainer all call compute_task_env(); nothing else computes these values.
+//
+// Contract for slurmstepd: every function here is pure over its arguments (no environment reads, no I/O, no
+// globals), bounded in work, and reports bad input by throwing TaskEnvError (one line: problem; fix). Callers
+// inside slurmstepd catch it; nothing here aborts.
+//
+// CHANGELOG: (none yet; changes to this header are listed here with the date)
+#pragma once
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshrun/rank_map.hpp"
+#include "meshrun/topology.hpp"
+
+namespace meshrun {
+
+// Bad input for a task's environment (fewer GPUs than tasks, a forbidden variable, ...). Front ends print
+// what() and exit 2; the plugin logs it with slurm_error and fails the task.
+struct TaskEnvError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The GPUs Slurm gave this step on this node, and how the task can see them.
+struct GpuAllocation {
+  // Global GPU indices (nvidia-smi / PCI order) of the step on this node, ascending: SLURM_STEP_GPUS, else
+  // SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES when unconstrained. Empty with `managed` false = Slurm manages
+  // no GPUs here: every GPU of the topology is the step's.
+  std::vector<int> step_gpus;
+  bool managed = false;      // a Slurm GPU variable was present
+  // ConstrainDevices: the task's device cgroup holds only its GPUs and CUDA numbers them from 0.
+  bool constrained = false;
+  // --gpus-per-task (0 = not given). With ConstrainDevices each task's cgroup then holds only its own GPUs.
+  int gpus_per_task = 0;
+};
+
+// Who the task is. Filled from Slurm's variables by task_context_from_slurm(), or by hand.
+struct TaskContext {
+  int rank = 0;              // SLURM_PROCID (global, het-job offset included)
+  int world = 1;             // SLURM_NTASKS
+  int local_rank = 0;        // SLURM_LOCALID
+  int local_world = 1;       // tasks of this step on this node (SLURM_TASKS_PER_NODE / SLURM_STEP_TASKS_PER_NODE)
+  int node_id = 0;           // SLURM_NODEID (index in the step's node list)
+  std::string master_addr;   // first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST)
+  uint32_t job_id = 0;       // SLURM_JOB_ID
+  uint32_t step_id = 0;      // SLURM_STEP_ID
+  CpuSet allowed_cpus;       // CPUs the task may use (its cgroup / affinity mask); empty = the whole node
+};
+
+// What the site allows and wants. Defaults suit a DGX-style cluster; the site file can change them.
+struct EnvPolicy {
+  enum class Nccl { automatic, off };  // off: emit no NCCL_* variable at all (the user's still pass)
+  Nccl nccl = Nccl::automatic;
+  // NCCL_IB_HCA: "rank" = the task's paired NIC (rail pinning); "node" = every GPU-paired NIC of the node, and
+  // NCCL pairs them itself (keeps PXN for all-to-all).
+  enum class HcaScope { rank, node };
+  HcaScope hca_scope = HcaScope::rank;
+  enum class CpuBind { numa, none };   // numa: the GPU's NUMA domain (intersected with allowed_cpus)
+  CpuBind cpu_bind = CpuBind::numa;
+  std::string socket_ifname;           // NCCL_SOCKET_IFNAME from the site; "" = derive from the topology
+  // Extra names (exact, or prefixes ending in '*') the site allows in a template's [env], besides the built-in
+  // list (NCCL_*, TORCH_*, OMP_*, CUDA_* ...). Loader variables (LD_*, PYTHONPATH, ...) are never allowed.
+  std::vector<std::string> allow;
+  // Variables the site sets on every task (trusted: any name except the computed ones). Template values of
+  // the same name win, where the allow-list lets them.
+  std::map<std::string, std::string> site_env;
+  // MASTER_PORT = port_base + (job_id mod port_jobs) * port_steps + (step_id mod port_steps).
+  int port_base = 20000;
+  int port_jobs = 750;
+  int port_steps = 16;
+};
+
+// The result. `vars` are in a stable order (computed ones first, then site, then user); the caller sets each
+// (spank_setenv with overwrite, or setenv before exec). `cpus` empty = leave affinity alone.
+struct TaskEnv {
+  std::vector<std::pair<std::string, std::string>> vars;
+  CpuSet cpus;
+  int gpu = -1;              // global GPU index (topology index) of the task, -1 on a CPU-only node
+  int nic = -1;              // paired NIC (topology index), -1 if none
+  std::vector<std::string> warnings;  // one line each
+  const std::string* get(const std::string& name) const;  // nullptr if absent
+};
+
+// The environment of one task. `extra_env` is the template's [env] (user variables, allow-listed).
+// Throws TaskEnvError on: the task's rank/local rank disagreeing with the rank map's block placement, more
+// tasks than GPUs on the node, a GPU index outside the topology, a forbidden or unknown extra variable.
+TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeTopology& topo,
+                         const GpuAllocation& gpus, const EnvPolicy& policy,
+                         const std::map<std::string, std::string>& extra_env);
+
+// Builders from a map of Slurm variables (pure: the caller passes the environment, e.g. environment_map()).
+// Missing or malformed SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID throw TaskEnvError naming the variable.
+TaskContext task_context_from_slurm(const std::map<std::string, std::string>& env);
+// Reads SLURM_STEP_GPUS, SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES, SLURM_GPUS_PER_TASK and the optional
+// MESHRUN_CONSTRAIN_DEVICES=0|1 (the plugin sets it from cgroup.conf when it knows). Without it, ConstrainDevices
+// is inferred: CUDA_VISIBLE_DEVICES holding 0-based indices that are not the task's global indices.
+GpuAllocation gpu_allocation_from_slurm(const std::map<std::string, std::string>& env);
+
+// The port formula, exposed for tests and the docs.
+int master_port(uint32_t job_id, uint32_t step_id, const EnvPolicy& policy);
+
+// Whether a template may set `name` under `policy` (empty return = yes, else the reason, one line).
+std::string check_extra_var(const std::string& name, const EnvPolicy& policy);
+
+}  // namespace meshrun

@@ -1,0 +1,96 @@
+#include <algorithm>
+#include <cctype>
+
+#include "meshrun/layout.hpp"
+
+namespace meshrun {
+
+const char* axis_name(Axis a) {
+  switch (a) {
+    case Axis::tp: return "tp";
+    case Axis::cp: return "cp";
+    case Axis::ep: return "ep";
+    case Axis::dp: return "dp";
+    case Axis::pp: return "pp";
+  }
+  return "?";
+}
+
+std::string AxisOrder::str() const {
+  std::string s;
+  for (Axis a : axes) {
+    if (!s.empty()) s += '-';
+    s += axis_name(a);
+  }
+  return s;
+}
+
+int AxisOrder::position(Axis a) const {
+  for (int i = 0; i < kAxes; ++i)
+    if (axes[i] == a) return i;
+  return -1;
+}
+
+std::optional<AxisOrder> parse_order(std::string_view text, std::string* error) {
+  std::vector<Axis> seen;
+  std::string word;
+  auto flush = [&]() -> bool {
+    if (word.empty()) return true;
+    static const std::pair<const char*, Axis> names[] = {
+        {"tp", Axis::tp}, {"cp", Axis::cp}, {"ep", Axis::ep}, {"dp", Axis::dp}, {"pp", Axis::pp}};
+    for (auto& [n, a] : names) {
+      if (word == n) {
+        if (std::find(seen.begin(), seen.end(), a) != seen.end()) {
+          *error = "axis '" + word + "' appears twice in order '" + std::string(text) +
+                   "'; name each of tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp";
+          return false;
+        }
+        seen.push_back(a);
+        word.clear();
+        return true;
+      }
+    }
+    *error = "unknown axis '" + word + "' in order '" + std::string(text) +
+             "'; axes are tp, cp, ep, dp, pp (leftmost varies fastest), e.g. tp-cp-ep-dp-pp";
+    return false;
+  };
+  for (char c : text) {
+    if (c == '-' || c == ',' || c == ' ' || c == '_') {
+      if (!flush()) return std::nullopt;
+    } else {
+      word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
+  if (!flush()) return std::nullopt;
+  bool has_ep = std::find(seen.begin(), seen.end(), Axis::ep) != seen.end();
+  if (!has_ep) {
+    // Llama 3 writes [TP, CP, PP, DP]: fold ep in right after the first of cp and dp, where Megatron places it.
+    auto cp = std::find(seen.begin(), seen.end(), Axis::cp);
+    auto dp = std::find(seen.begin(), seen.end(), Axis::dp);
+    if (cp != seen.end() && dp != seen.end()) seen.insert(std::min(cp, dp) + 1, Axis::ep);
+  }
+  if (seen.size() != kAxes) {
+    std::string missing;
+    for (Axis a : {Axis::tp, Axis::cp, Axis::ep, Axis::dp, Axis::pp})
+      if (std::find(seen.begin(), seen.end(), a) == seen.end()) missing += std::string(missing.empty() ? "" : ", ") + axis_name(a);
+    *error = "order '" + std::string(text) + "' does not name " + missing +
+             "; name all five axes (ep may be left out), e.g. tp-cp-ep-dp-pp";
+    return std::nullopt;
+  }
+  AxisOrder o;
+  std::copy(seen.begin(), seen.end(), o.axes.begin());
+  return o;
+}
+
+int Layout::size(Axis a) const {
+  switch (a) {
+    case Axis::tp: return tp;
+    case Axis::cp: return cp;
+    case Axis::ep: return ep;
+    case Axis::dp: return dp;
+    case Axis::pp: return pp;
+  }
+  return 1;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,553 @@
+// The configuration schema and its layers. One table of keys drives TOML parsing, --set, flags,
+// did-you-mean suggestions and the dry run's source column.
+#include "meshrun/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "meshrun/layout.hpp"
+
+namespace meshrun {
+namespace {
+
+struct Field {
+  KeyInfo info;
+  std::function<void*(JobConfig&)> ptr;
+  int64_t min = INT64_MIN;             // for integers
+  double min_number = -HUGE_VAL;       // for numbers
+  std::vector<std::string> choices;    // for strings; empty = free text
+};
+
+template <class S, class T>
+Field field(const char* key, S JobConfig::*section, T S::*member, ValueType type, const char* help) {
+  Field f;
+  f.info = {key, type, help};
+  f.ptr = [section, member](JobConfig& j) -> void* { return &(j.*section.*member); };
+  return f;
+}
+
+std::vector<Field> make_schema() {
+  using V = ValueType;
+  std::vector<Field> f;
+  auto add = [&](Field x) -> Field& { f.push_back(std::move(x)); return f.back(); };
+  auto at_least = [](Field x, int64_t m) { x.min = m; return x; };
+  auto choose = [](Field x, std::vector<std::string> c) { x.choices = std::move(c); return x; };
+  auto nonneg = [](Field x) { x.min_number = 0; return x; };
+
+  add(field("job.name", &JobConfig::job, &JobSpec::name, V::string, "Slurm job name"));
+  add(field("job.time", &JobConfig::job, &JobSpec::time, V::string, "time limit, [D-]HH:MM:SS"));
+  add(field("job.partition", &JobConfig::job, &JobSpec::partition, V::string, "Slurm partition"));
+  add(field("job.account", &JobConfig::job, &JobSpec::account, V::string, "Slurm account"));
+  add(field("job.qos", &JobConfig::job, &JobSpec::qos, V::string, "Slurm QOS"));
+
+  add(at_least(field("cluster.nodes", &JobConfig::cluster, &ClusterSpec::nodes, V::integer, "node count (0 = from hostlist)"), 0));
+  add(at_least(field("cluster.gpus_per_node", &JobConfig::cluster, &ClusterSpec::gpus_per_node, V::integer, "GPUs per node (0 = from node_type)"), 0));
+  {
+    std::vector<std::string> names;
+    for (const auto& t : node_types()) names.push_back(t.name);
+    add(choose(field("cluster.node_type", &JobConfig::cluster, &ClusterSpec::node_type, V::string, "node type"), names));
+  }
+  add(at_least(field("cluster.nvlink_domain_gpus", &JobConfig::cluster, &ClusterSpec::nvlink_domain_gpus, V::integer, "GPUs per NVLink domain (0 = from node_type)"), 0));
+  add(field("cluster.hostlist", &JobConfig::cluster, &ClusterSpec::hostlist, V::string, "Slurm hostlist, e.g. node[001-128]"));
+  add(field("cluster.gpu", &JobConfig::cluster, &ClusterSpec::gpu, V::string, "GPU model for the planner"));
+  add(nonneg(field("cluster.gpu_memory_gib", &JobConfig::cluster, &ClusterSpec::gpu_memory_gib, V::number, "GPU memory (GiB)")));
+  add(nonneg(field("cluster.gpu_bf16_tflops", &JobConfig::cluster, &ClusterSpec::gpu_bf16_tflops, V::number, "dense bf16 peak (TFLOP/s)")));
+  add(nonneg(field("cluster.nvlink_gbps", &JobConfig::cluster, &ClusterSpec::nvlink_gbps, V::number, "NVLink GB/s per GPU per direction")));
+  add(at_least(field("cluster.nics_per_node", &JobConfig::cluster, &ClusterSpec::nics_per_node, V::integer, "compute NICs per node"), 0));
+  add(nonneg(field("cluster.nic_gbps", &JobConfig::cluster, &ClusterSpec::nic_gbps, V::number, "Gbit/s per NIC")));
+
+  add(field("model.name", &JobConfig::model, &ModelSpec::name, V::string, "model name"));
+  add(at_least(field("model.layers", &JobConfig::model, &ModelSpec::layers, V::integer, "transformer layers"), 1));
+  add(at_least(field("model.hidden", &JobConfig::model, &ModelSpec::hidden, V::integer, "model dimension"), 1));
+  add(at_least(field("model.ffn_hidden", &JobConfig::model, &ModelSpec::ffn_hidden, V::integer, "MLP inner dimension"), 1));
+  add(at_least(field("model.heads", &JobConfig::model, &ModelSpec::heads, V::integer, "query heads"), 1));
+  add(at_least(field("model.kv_heads", &JobConfig::model, &ModelSpec::kv_heads, V::integer, "key/value heads (GQA)"), 1));
+  add(at_least(field("model.vocab", &JobConfig::model, &ModelSpec::vocab, V::integer, "vocabulary size"), 1));
+  add(choose(field("model.mlp", &JobConfig::model, &ModelSpec::mlp, V::string, "MLP type"), {"swiglu", "gelu"}));
+  add(field("model.tied_embeddings", &JobConfig::model, &ModelSpec::tied_embeddings, V::boolean, "share input and output embeddings"));
+  add(at_least(field("model.experts", &JobConfig::model, &ModelSpec::experts, V::integer, "experts per MoE layer (0 = dense)"), 0));
+  add(at_least(field("model.top_k", &JobConfig::model, &ModelSpec::top_k, V::integer, "experts per token"), 1));
+  add(at_least(field("model.moe_ffn_hidden", &JobConfig::model, &ModelSpec::moe_ffn_hidden, V::integer, "expert MLP dimension (0 = ffn_hidden)"), 0));
+  add(nonneg(field("model.rope_theta", &JobConfig::model, &ModelSpec::rope_theta, V::number, "RoPE base")));
+  add(nonneg(field("model.norm_eps", &JobConfig::model, &ModelSpec::norm_eps, V::number, "RMSNorm epsilon")));
+
+  add(at_least(field("parallel.tp", &JobConfig::parallel, &LayoutSpec::tp, V::integer, "tensor-parallel size"), 1));
+  add(at_least(field("parallel.cp", &JobConfig::parallel, &LayoutSpec::cp, V::integer, "context-parallel size"), 1));
+  add(at_least(field("parallel.pp", &JobConfig::parallel, &LayoutSpec::pp, V::integer, "pipeline stages"), 1));
+  add(at_least(field("parallel.dp", &JobConfig::parallel, &LayoutSpec::dp, V::int_or_auto, "data-parallel size or \"auto\""), 1));
+  add(at_least(field("parallel.ep", &JobConfig::parallel, &LayoutSpec::ep, V::integer, "expert-parallel size"), 1));
+  add(field("parallel.order", &JobConfig::parallel, &LayoutSpec::order, V::string, "axis order, leftmost fastest"));
+  add(at_least(field("parallel.virtual_stages", &JobConfig::parallel, &LayoutSpec::virtual_stages, V::integer, "interleaved chunks per pipeline rank"), 1));
+  add(at_least(field("parallel.zero_stage", &JobConfig::parallel, &LayoutSpec::zero_stage, V::integer, "ZeRO stage 0-3"), 0));
+  add(field("parallel.sequence_parallel", &JobConfig::parallel, &LayoutSpec::sequence_parallel, V::boolean, "Megatron sequence parallelism"));
+  add(choose(field("parallel.pipeline_schedule", &JobConfig::parallel, &LayoutSpec::pipeline_schedule, V::string, "pipeline schedule"),
+             {"gpipe", "1f1b", "interleaved", "zb"}));
+
+  add(at_least(field("training.seq_len", &JobConfig::training, &TrainingSpec::seq_len, V::integer, "tokens per sequence"), 1));
+  add(at_least(field("training.global_batch_size", &JobConfig::training, &TrainingSpec::global_batch_size, V::integer, "sequences per step"), 1));
+  add(at_least(field("training.micro_batch_size", &JobConfig::training, &TrainingSpec::micro_batch_size, V::integer, "sequences per micro-batch per DP rank"), 1));
+  add(at_least(field("training.steps", &JobConfig::training, &TrainingSpec::steps, V::integer, "optimizer steps"), 0));
+  add(nonneg(field("training.lr", &JobConfig::training, &TrainingSpec::lr, V::number, "peak learning rate")));
+  add(nonneg(field("training.min_lr", &JobConfig::training, &TrainingSpec::min_lr, V::number, "final learning rate of the cosine decay")));
+  add(at_least(field("training.warmup_steps", &JobConfig::training, &TrainingSpec::warmup_steps, V::integer, "linear warmup steps"), 0));
+  add(nonneg(field("training.weight_decay", &JobConfig::training, &TrainingSpec::weight_decay, V::number, "AdamW decoupled weight decay")));
+  add(nonneg(field("training.beta1", &JobConfig::training, &TrainingSpec::beta1, V::number, "Adam beta1")));
+  add(nonneg(field("training.beta2", &JobConfig::training, &TrainingSpec::beta2, V::number, "Adam beta2")));
+  add(nonneg(field("training.adam_eps", &JobConfig::training, &TrainingSpec::adam_eps, V::number, "Adam epsilon")));
+  add(nonneg(field("training.grad_clip", &JobConfig::training, &TrainingSpec::grad_clip, V::number, "global-norm clip (0 = off)")));
+  add(at_least(field("training.seed", &JobConfig::training, &TrainingSpec::seed, V::integer, "seed for initialization and shuffling"), 0));
+  add(choose(field("training.recompute", &JobConfig::training, &TrainingSpec::recompute, V::string, "activation recomputation"), {"none", "selective", "full"}));
+  add(choose(field("training.dtype", &JobConfig::training, &TrainingSpec::dtype, V::string, "CPU trainer dtype"), {"fp32", "fp64"}));
+  std::vector<std::string> dtypes{"fp8", "bf16", "fp16", "fp32"};
+  add(choose(field("training.param_dtype", &JobConfig::training, &TrainingSpec::param_dtype, V::string, "planner: parameter dtype"), dtypes));
+  add(choose(field("training.grad_dtype", &JobConfig::training, &TrainingSpec::grad_dtype, V::string, "planner: gradient dtype"), dtypes));
+  add(choose(field("training.optim_dtype", &JobConfig::training, &TrainingSpec::optim_dtype, V::string, "planner: master weights and Adam moments"), dtypes));
+
+  add(field("data.path", &JobConfig::data, &DataSpec::path, V::string, "token file (raw little-endian)"));
+  add(choose(field("data.token_dtype", &JobConfig::data, &DataSpec::token_dtype, V::string, "token width"), {"uint16", "uint32"}));
+  add(field("data.shuffle", &JobConfig::data, &DataSpec::shuffle, V::boolean, "seeded permutation of sequences"));
+  add(field("data.text", &JobConfig::data, &DataSpec::text, V::string, "UTF-8 corpus to tokenize into data.path"));
+
+  add(field("checkpoint.dir", &JobConfig::checkpoint, &CheckpointSpec::dir, V::string, "checkpoint directory"));
+  add(at_least(field("checkpoint.interval", &JobConfig::checkpoint, &CheckpointSpec::interval, V::integer, "steps between checkpoints (0 = signal/end only)"), 0));
+  add(field("checkpoint.resume", &JobConfig::checkpoint, &CheckpointSpec::resume, V::boolean, "resume from the latest checkpoint"));
+  add(field("checkpoint.signal", &JobConfig::checkpoint, &CheckpointSpec::signal, V::string, "signal that asks for a checkpoint"));
+  add(at_least(field("checkpoint.signal_lead_s", &JobConfig::checkpoint, &CheckpointSpec::signal_lead_s, V::integer, "seconds before the time limit"), 0));
+  add(field("checkpoint.load", &JobConfig::checkpoint, &CheckpointSpec::load, V::string, "safetensors weights to start from"));
+  add(field("checkpoint.save", &JobConfig::checkpoint, &CheckpointSpec::save, V::string, "safetensors file written at the end"));
+  return f;
+}
+
+const std::vector<Field>& schema() {
+  static const std::vector<Field> s = make_schema();
+  return s;
+}
+
+const Field* find_field(std::string_view key) {
+  for (const auto& f : schema())
+    if (f.info.key == key) return &f;
+  return nullptr;
+}
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> s{"job", "cluster", "model", "parallel", "training", "data", "checkpoint", "env"};
+  return s;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest(std::string_view wrong, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(wrong, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  size_t limit = std::max<size_t>(2, wrong.size() / 3);
+  return best_d <= limit ? best : "";
+}
+
+std::string type_name(ValueType t) {
+  switch (t) {
+    case ValueType::integer: return "an integer";
+    case ValueType::number: return "a number";
+    case ValueType::string: return "a string";
+    case ValueType::boolean: return "true or false";
+    case ValueType::int_or_auto: return "an integer or \"auto\"";
+    case ValueType::table: return "a table";
+  }
+  return "?";
+}
+
+std::string example(const Field& f) {
+  std::string name = f.info.key.substr(f.info.key.find('.') + 1);
+  switch (f.info.type) {
+    case ValueType::integer: return name + " = 8";
+    case ValueType::number: return name + " = 0.5";
+    case ValueType::string: return name + " = \"" + (f.choices.empty() ? "text" : f.choices.front()) + "\"";
+    case ValueType::boolean: return name + " = true";
+    case ValueType::int_or_auto: return name + " = \"auto\"";
+    case ValueType::table: return "[" + name + "]";
+  }
+  return name;
+}
+
+std::string join(const std::vector<std::string>& xs) {
+  std::string s;
+  for (const auto& x : xs) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// A parsed scalar, independent of where it came from (TOML node or command-line text).
+struct Scalar {
+  enum Kind { integer, number, string, boolean } kind = string;
+  int64_t i = 0;
+  double d = 0;
+  std::string s;
+  bool b = false;
+  static Scalar of_int(int64_t v) { Scalar x; x.kind = integer; x.i = v; return x; }
+  static Scalar of_number(double v) { Scalar x; x.kind = number; x.d = v; return x; }
+  static Scalar of_string(std::string v) { Scalar x; x.kind = string; x.s = std::move(v); return x; }
+  static Scalar of_bool(bool v) { Scalar x; x.kind = boolean; x.b = v; return x; }
+  std::string shown() const {
+    switch (kind) {
+      case integer: return std::to_string(i);
+      case number: { std::ostringstream o; o << d; return o.str(); }
+      case string: return "\"" + s + "\"";
+      case boolean: return b ? "true" : "false";
+    }
+    return "";
+  }
+};
+
+// Stores `v` into field `f` of `job`; returns an error message (without location) or "".
+std::string store(JobConfig& job, const Field& f, const Scalar& v) {
+  const std::string& key = f.info.key;
+  auto wrong_type = [&]() {
+    return key + " must be " + type_name(f.info.type) + ", got " + v.shown() + "; write " + example(f);
+  };
+  void* p = f.ptr(job);
+  switch (f.info.type) {
+    case ValueType::integer:
+    case ValueType::int_or_auto: {
+      int64_t val;
+      if (v.kind == Scalar::integer) {
+        val = v.i;
+      } else if (f.info.type == ValueType::int_or_auto && v.kind == Scalar::string && v.s == "auto") {
+        *static_cast<int*>(p) = 0;
+        return "";
+      } else {
+        return wrong_type();
+      }
+      if (val < f.min)
+        return key + " = " + std::to_string(val) + " must be at least " + std::to_string(f.min) +
+               (f.info.type == ValueType::int_or_auto ? " (or \"auto\")" : "");
+      if (key == "model.vocab") {
+        *static_cast<int64_t*>(p) = val;
+      } else if (key == "training.seed") {
+        *static_cast<uint64_t*>(p) = static_cast<uint64_t>(val);
+      } else {
+        if (val > INT32_MAX) return key + " = " + std::to_string(val) + " is too large";
+        *static_cast<int*>(p) = static_cast<int>(val);
+      }
+      return "";
+    }
+    case ValueType::number: {
+      double val;
+      if (v.kind == Scalar::number) val = v.d;
+      else if (v.kind == Scalar::integer) val = static_cast<double>(v.i);
+      else return wrong_type();
+      if (!std::isfinite(val) || val < f.min_number) return key + " = " + v.shown() + " must be a finite number ≥ 0";
+      *static_cast<double*>(p) = val;
+      return "";
+    }
+    case ValueType::string: {
+      if (v.kind != Scalar::string) return wrong_type();
+      if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), v.s) == f.choices.end()) {
+        std::string near = nearest(v.s, f.choices);
+        return key + " = \"" + v.s + "\" is not one of " + join(f.choices) +
+               (near.empty() ? "" : "; did you mean \"" + near + "\"?");
+      }
+      *static_cast<std::string*>(p) = v.s;
+      return "";
+    }
+    case ValueType::boolean:
+      if (v.kind != Scalar::boolean) return wrong_type();
+      *static_cast<bool*>(p) = v.b;
+      return "";
+    case ValueType::table:
+      return wrong_type();
+  }
+  return "";
+}
+
+std::string location(const std::string& file, const toml::source_region& r) {
+  return file + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+}
+
+std::string unknown_key_message(std::string_view section, std::string_view name) {
+  std::vector<std::string> in_section;
+  std::vector<std::string> all;
+  for (const auto& f : schema()) {
+    all.push_back(f.info.key);
+    if (f.info.key.rfind(std::string(section) + ".", 0) == 0) in_section.push_back(f.info.key.substr(section.size() + 1));
+  }
+  std::string near = nearest(name, in_section);
+  std::string msg = "unknown key '" + std::string(name) + "' in [" + std::string(section) + "]";
+  if (!near.empty()) return msg + "; did you mean '" + near + "'?";
+  std::string full = nearest(std::string(section) + "." + std::string(name), all);
+  if (full.empty()) {
+    // A key written in the wrong section ("tp" under [model]).
+    for (const auto& k : all)
+      if (k.substr(k.find('.') + 1) == name) full = k;
+  }
+  if (!full.empty()) return msg + "; did you mean '" + full + "'?";
+  return msg + "; valid keys: " + join(in_section);
+}
+
+void apply_table(Config& cfg, const toml::table& root, const std::string& file, SourceKind kind) {
+  Config next = cfg;
+  for (auto&& [k, node] : root) {
+    std::string section(k.str());
+    std::string where = location(file, k.source());
+    if (std::find(sections().begin(), sections().end(), section) == sections().end()) {
+      std::string near = nearest(section, sections());
+      throw ConfigError(where + ": unknown section [" + section + "]" +
+                        (near.empty() ? "; sections are " + join(sections()) : "; did you mean [" + near + "]?"));
+    }
+    const toml::table* tbl = node.as_table();
+    if (!tbl) throw ConfigError(where + ": '" + section + "' must be a table; write [" + section + "] on its own line");
+    for (auto&& [kk, vnode] : *tbl) {
+      std::string name(kk.str());
+      std::string vwhere = location(file, vnode.source());
+      Scalar v;
+      if (auto x = vnode.as_integer()) v = Scalar::of_int(x->get());
+      else if (auto y = vnode.as_floating_point()) v = Scalar::of_number(y->get());
+      else if (auto z = vnode.as_string()) v = Scalar::of_string(z->get());
+      else if (auto b = vnode.as_boolean()) v = Scalar::of_bool(b->get());
+      else {
+        if (section == "env")
+          throw ConfigError(vwhere + ": env." + name + " must be a string; write " + name + " = \"value\"");
+        const Field* f = find_field(section + "." + name);
+        if (!f) throw ConfigError(location(file, kk.source()) + ": " + unknown_key_message(section, name));
+        throw ConfigError(vwhere + ": " + f->info.key + " must be " + type_name(f->info.type) +
+                          ", got a " + (vnode.is_table() ? "table" : vnode.is_array() ? "array" : "date/time") +
+                          "; write " + example(*f));
+      }
+      if (section == "env") {
+        if (v.kind != Scalar::string)
+          throw ConfigError(vwhere + ": env." + name + " must be a string; write " + name + " = \"" +
+                            (v.kind == Scalar::integer ? std::to_string(v.i) : v.shown()) + "\"");
+        next.job.env[name] = v.s;
+        next.origins["env." + name] = Origin{kind, vwhere};
+        continue;
+      }
+      const Field* f = find_field(section + "." + name);
+      if (!f) throw ConfigError(location(file, kk.source()) + ": " + unknown_key_message(section, name));
+      std::string err = store(next.job, *f, v);
+      if (!err.empty()) throw ConfigError(vwhere + ": " + err);
+      next.origins[f->info.key] = Origin{kind, vwhere};
+    }
+  }
+  next.files.push_back(file);
+  cfg = std::move(next);
+}
+
+// Parses command-line text for a field: integers, numbers, booleans by the field's type; strings raw or quoted.
+Scalar scalar_from_text(const Field* f, std::string_view text) {
+  std::string t(text);
+  if (t.size() >= 2 && ((t.front() == '"' && t.back() == '"') || (t.front() == '\'' && t.back() == '\'')))
+    return Scalar::of_string(t.substr(1, t.size() - 2));
+  if (f) {
+    switch (f->info.type) {
+      case ValueType::integer:
+      case ValueType::int_or_auto: {
+        int64_t v;
+        auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (r.ec == std::errc() && r.ptr == t.data() + t.size()) return Scalar::of_int(v);
+        break;
+      }
+      case ValueType::number: {
+        char* end = nullptr;
+        double d = std::strtod(t.c_str(), &end);
+        if (!t.empty() && end == t.c_str() + t.size()) return Scalar::of_number(d);
+        break;
+      }
+      case ValueType::boolean:
+        if (t == "true" || t == "1" || t == "yes" || t == "on") return Scalar::of_bool(true);
+        if (t == "false" || t == "0" || t == "no" || t == "off") return Scalar::of_bool(false);
+        break;
+      default: break;
+    }
+  }
+  return Scalar::of_string(t);
+}
+
+}  // namespace
+
+const char* source_kind_name(SourceKind k) {
+  switch (k) {
+    case SourceKind::defaults: return "default";
+    case SourceKind::site: return "site";
+    case SourceKind::template_file: return "template";
+    case SourceKind::environment: return "environment";
+    case SourceKind::flag: return "flag";
+    case SourceKind::set: return "set";
+  }
+  return "?";
+}
+
+std::string Origin::str() const {
+  return where.empty() ? source_kind_name(kind) : std::string(source_kind_name(kind)) + " " + where;
+}
+
+Origin Config::origin_of(const std::string& key) const {
+  auto it = origins.find(key);
+  return it == origins.end() ? Origin{} : it->second;
+}
+
+const std::vector<KeyInfo>& config_keys() {
+  static const std::vector<KeyInfo> keys = [] {
+    std::vector<KeyInfo> k;
+    for (const auto& f : schema()) k.push_back(f.info);
+    return k;
+  }();
+  return keys;
+}
+
+std::string suggest_key(std::string_view wrong) {
+  std::vector<std::string> all;
+  for (const auto& f : schema()) all.push_back(f.info.key);
+  std::string near = nearest(wrong, all);
+  if (near.empty()) {
+    auto dot = wrong.find('.');
+    if (dot != std::string_view::npos) {
+      std::string_view name = wrong.substr(dot + 1);
+      for (const auto& k : all)
+        if (k.substr(k.find('.') + 1) == name) return k;
+    }
+  }
+  return near;
+}
+
+void apply_toml_text(Config& cfg, std::string_view text, const std::string& source_name, SourceKind kind) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(location(source_name, e.source()) + ": TOML syntax error: " + std::string(e.description()) +
+                      "; fix the line (see https://toml.io for the syntax)");
+  }
+  apply_table(cfg, root, source_name, kind);
+}
+
+void apply_toml_file(Config& cfg, const std::string& path, SourceKind kind) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec))
+    throw ConfigError(path + ": cannot read the " + std::string(kind == SourceKind::site ? "site file" : "template") +
+                      " (" + (std::filesystem::exists(path, ec) ? "not a readable file" : "no such file") +
+                      "); check the path");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  apply_toml_text(cfg, ss.str(), path, kind);
+}
+
+void apply_value(Config& cfg, const std::string& key, std::string_view value, const Origin& origin) {
+  std::string prefix = origin.where.empty() ? key : origin.where;
+  if (key.rfind("env.", 0) == 0 && key.size() > 4) {
+    cfg.job.env[key.substr(4)] = std::string(scalar_from_text(nullptr, value).s);
+    cfg.origins[key] = origin;
+    return;
+  }
+  const Field* f = find_field(key);
+  if (!f) {
+    std::string near = suggest_key(key);
+    throw ConfigError(prefix + ": unknown key '" + key + "'" +
+                      (near.empty() ? "; keys are section.name, e.g. parallel.tp" : "; did you mean '" + near + "'?"));
+  }
+  JobConfig next = cfg.job;
+  std::string err = store(next, *f, scalar_from_text(f, value));
+  if (!err.empty()) throw ConfigError(prefix + ": " + err);
+  cfg.job = std::move(next);
+  cfg.origins[key] = origin;
+}
+
+void apply_set(Config& cfg, std::string_view assignment, SourceKind kind, const std::string& where) {
+  std::string what = where.empty() ? "--set " + std::string(assignment) : where;
+  auto eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    throw ConfigError(what + ": expected section.key=value, e.g. --set parallel.tp=4");
+  std::string key(assignment.substr(0, eq));
+  apply_value(cfg, key, assignment.substr(eq + 1), Origin{kind, what});
+}
+
+std::string value_text(const JobConfig& job, const std::string& key) {
+  if (key.rfind("env.", 0) == 0) {
+    auto it = job.env.find(key.substr(4));
+    return it == job.env.end() ? "" : it->second;
+  }
+  const Field* f = find_field(key);
+  if (!f) return "";
+  JobConfig& j = const_cast<JobConfig&>(job);  // ptr() is shared by readers and writers; nothing is written here
+  void* p = f->ptr(j);
+  switch (f->info.type) {
+    case ValueType::int_or_auto: {
+      int v = *static_cast<int*>(p);
+      return v == 0 ? "auto" : std::to_string(v);
+    }
+    case ValueType::integer:
+      if (key == "model.vocab") return std::to_string(*static_cast<int64_t*>(p));
+      if (key == "training.seed") return std::to_string(*static_cast<uint64_t*>(p));
+      return std::to_string(*static_cast<int*>(p));
+    case ValueType::number: {
+      std::ostringstream o;
+      o << *static_cast<double*>(p);
+      return o.str();
+    }
+    case ValueType::string: return *static_cast<std::string*>(p);
+    case ValueType::boolean: return *static_cast<bool*>(p) ? "true" : "false";
+    case ValueType::table: return "";
+  }
+  return "";
+}
+
+Config load_template(const std::string& path) {
+  Config cfg;
+  apply_toml_file(cfg, path, SourceKind::template_file);
+  return cfg;
+}
+
+Config build_config(const ConfigRequest& r) {
+  Config cfg;
+  if (r.use_site) {
+    std::string site = r.site_path;
+    bool explicit_site = !site.empty();
+    if (site.empty() && r.environment) {
+      auto it = r.environment->find("MESHRUN_SITE_CONFIG");
+      if (it != r.environment->end() && !it->second.empty()) site = it->second, explicit_site = true;
+    }
+    std::error_code ec;
+    if (site.empty() && std::filesystem::exists("/etc/meshrun/site.toml", ec)) site = "/etc/meshrun/site.toml";
+    if (!site.empty()) {
+      if (explicit_site && !std::filesystem::exists(site, ec))
+        throw ConfigError(site + ": site file not found (from MESHRUN_SITE_CONFIG or --site); fix the path or unset it");
+      apply_toml_file(cfg, site, SourceKind::site);
+    }
+  }
+  if (!r.template_path.empty()) apply_toml_file(cfg, r.template_path, SourceKind::template_file);
+  if (r.environment) apply_environment(cfg, *r.environment);
+  for (const auto& f : r.flags) apply_value(cfg, f.key, f.value, Origin{SourceKind::flag, f.flag + "=" + f.value});
+  for (const auto& s : r.sets) apply_set(cfg, s);
+  return cfg;
+}
+
+std::map<std::string, std::string> environment_map(char** envp) {
+  std::map<std::string, std::string> m;
+  for (char** e = envp; e && *e; ++e) {
+    std::string_view kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string_view::npos) m.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return m;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,136 @@
+#include <algorithm>
+#include <string>
+
+#include "meshrun/hostlist.hpp"
+#include "meshrun/layout.hpp"
+
+namespace meshrun {
+namespace {
+std::string node_type_names() {
+  std::string s;
+  for (const auto& t : node_types()) s += (s.empty() ? "" : ", ") + t.name;
+  return s;
+}
+}  // namespace
+
+int Cluster::nvlink_domain_of(int node, int local) const {
+  int64_t slot = int64_t(node) * gpus_per_node + local;
+  return static_cast<int>(slot / std::max(1, nvlink_domain_gpus));
+}
+
+Cluster resolve_cluster(const ClusterSpec& spec, std::vector<Problem>* problems) {
+  Cluster c;
+  const NodeType* type = find_node_type(spec.node_type);
+  if (!type) {
+    problems->push_back({"node-type", "unknown cluster.node_type '" + spec.node_type + "'; use one of " +
+                                          node_type_names()});
+    type = find_node_type("generic");
+  }
+  c.type = *type;
+  c.gpus_per_node = spec.gpus_per_node > 0 ? spec.gpus_per_node : type->gpus_per_node;
+  c.type.gpus_per_node = c.gpus_per_node;
+  c.nvlink_domain_gpus = spec.nvlink_domain_gpus > 0 ? spec.nvlink_domain_gpus : type->nvlink_domain_gpus;
+  if (spec.nvlink_domain_gpus <= 0 && type->nvlink_domain_gpus == type->gpus_per_node)
+    c.nvlink_domain_gpus = c.gpus_per_node;  // a whole-node NVSwitch domain follows the node's GPU count
+  c.type.nvlink_domain_gpus = c.nvlink_domain_gpus;
+  if (c.nvlink_domain_gpus > 1 && c.nvlink_domain_gpus % c.gpus_per_node != 0 &&
+      c.gpus_per_node % c.nvlink_domain_gpus != 0)
+    problems->push_back({"nvlink-domain", "cluster.nvlink_domain_gpus=" + std::to_string(c.nvlink_domain_gpus) +
+                                              " neither divides nor is a multiple of gpus_per_node=" +
+                                              std::to_string(c.gpus_per_node) +
+                                              "; an NVLink domain is whole nodes or a fixed part of one"});
+
+  if (!spec.hostlist.empty()) {
+    std::string err;
+    auto hosts = expand_hostlist(spec.hostlist, &err);
+    if (!hosts) {
+      problems->push_back({"hostlist", "cluster.hostlist: " + err});
+    } else {
+      c.hosts = std::move(*hosts);
+      if (spec.nodes > 0 && spec.nodes != static_cast<int>(c.hosts.size()))
+        problems->push_back({"hostlist", "cluster.nodes=" + std::to_string(spec.nodes) + " but cluster.hostlist names " +
+                                             std::to_string(c.hosts.size()) +
+                                             " hosts; make them agree or drop cluster.nodes"});
+    }
+  }
+  c.nodes = spec.nodes > 0 ? spec.nodes : (c.hosts.empty() ? 1 : static_cast<int>(c.hosts.size()));
+  if (c.hosts.size() != static_cast<size_t>(c.nodes)) {
+    c.hosts.clear();
+    int width = std::max<int>(4, static_cast<int>(std::to_string(std::max(0, c.nodes - 1)).size()));
+    c.hosts.reserve(c.nodes);
+    for (int i = 0; i < c.nodes; ++i) {
+      std::string num = std::to_string(i);
+      c.hosts.push_back("node" + std::string(width - num.size(), '0') + num);
+    }
+  }
+  return c;
+}
+
+std::optional<Layout> resolve_layout(const LayoutSpec& spec, int world, std::vector<Problem>* problems) {
+  Layout l;
+  bool ok = true;
+  std::string err;
+  if (auto o = parse_order(spec.order, &err)) {
+    l.order = *o;
+  } else {
+    problems->push_back({"order", "parallel.order: " + err});
+    ok = false;
+  }
+  auto positive = [&](const char* key, int v) {
+    if (v < 1) {
+      problems->push_back({"size", std::string("parallel.") + key + "=" + std::to_string(v) +
+                                       " must be a positive integer; use 1 to leave the axis unused"});
+      ok = false;
+    }
+  };
+  positive("tp", spec.tp);
+  positive("cp", spec.cp);
+  positive("pp", spec.pp);
+  positive("ep", spec.ep);
+  positive("virtual_stages", spec.virtual_stages);
+  if (spec.dp < 0) {
+    problems->push_back({"size", "parallel.dp=" + std::to_string(spec.dp) +
+                                     " must be a positive integer or \"auto\" (world / (tp·cp·pp))"});
+    ok = false;
+  }
+  if (spec.zero_stage < 0 || spec.zero_stage > 3) {
+    problems->push_back({"zero-stage", "parallel.zero_stage=" + std::to_string(spec.zero_stage) +
+                                           " is not a ZeRO stage; use 0 (none), 1 (optimizer), 2 (+gradients) or 3 (+parameters)"});
+    ok = false;
+  }
+  if (!ok) return std::nullopt;
+  l.tp = spec.tp;
+  l.cp = spec.cp;
+  l.pp = spec.pp;
+  l.ep = spec.ep;
+  l.virtual_stages = spec.virtual_stages;
+  l.zero_stage = spec.zero_stage;
+  l.sequence_parallel = spec.sequence_parallel;
+  if (spec.dp == 0) {
+    int64_t model = int64_t(l.tp) * l.cp * l.pp;
+    if (world % model != 0) {
+      problems->push_back({"world-size", "dp = \"auto\" needs the world size (" + std::to_string(world) +
+                                             " GPUs) to be a multiple of tp·cp·pp = " + std::to_string(model) +
+                                             "; change the node count or the tp/cp/pp sizes"});
+      return std::nullopt;
+    }
+    l.dp = static_cast<int>(world / model);
+  } else {
+    l.dp = spec.dp;
+  }
+  return l;
+}
+
+std::optional<std::vector<int>> chunk_layers(int layers, int chunks) {
+  if (chunks < 1 || layers < chunks) return std::nullopt;
+  if (layers % chunks == 0) return std::vector<int>(chunks, layers / chunks);
+  if (chunks >= 2 && (layers + 2) % chunks == 0) {  // Llama 3: first and last chunk one layer fewer
+    std::vector<int> v(chunks, (layers + 2) / chunks);
+    v.front() -= 1;
+    v.back() -= 1;
+    if (v.front() >= 1) return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace meshrun

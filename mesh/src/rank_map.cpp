@@ -1,0 +1,208 @@
+#include "meshrun/rank_map.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace meshrun {
+
+int Coord::get(Axis a) const {
+  switch (a) {
+    case Axis::tp: return tp;
+    case Axis::cp: return cp;
+    case Axis::ep: return ep;
+    case Axis::dp: return dp;
+    case Axis::pp: return pp;
+  }
+  return 0;
+}
+
+const char* group_name(GroupKind k) {
+  switch (k) {
+    case GroupKind::tp: return "tp";
+    case GroupKind::cp: return "cp";
+    case GroupKind::pp: return "pp";
+    case GroupKind::dp: return "dp";
+    case GroupKind::ep: return "ep";
+    case GroupKind::dp_cp: return "dp_cp";
+    case GroupKind::edp: return "edp";
+  }
+  return "?";
+}
+
+const char* link_name(Link l) {
+  switch (l) {
+    case Link::self: return "self";
+    case Link::nvlink: return "nvlink";
+    case Link::pcie: return "pcie";
+    case Link::network: return "network";
+  }
+  return "?";
+}
+
+RankGrid::RankGrid(const Layout& layout) : layout_(layout) {
+  int64_t running = 1;
+  for (Axis a : layout_.order.axes) {
+    if (a == Axis::ep) {
+      stride_[static_cast<int>(a)] = 0;  // ep is not a dense-grid digit
+      continue;
+    }
+    stride_[static_cast<int>(a)] = static_cast<int>(running);
+    running *= layout_.size(a);
+  }
+  if (running > (int64_t(1) << 30)) throw std::invalid_argument("world size exceeds 2^30 ranks");
+  world_ = static_cast<int>(running);
+  ep_inner_ = layout_.order.position(Axis::ep) < layout_.order.position(Axis::dp);
+  cp_before_dp_ = layout_.order.position(Axis::cp) < layout_.order.position(Axis::dp);
+}
+
+int RankGrid::stride(Axis a) const { return stride_[static_cast<int>(a)]; }
+
+int RankGrid::cp_dp_index(const Coord& c) const {
+  return cp_before_dp_ ? c.cp + layout_.cp * c.dp : c.dp + layout_.dp * c.cp;
+}
+
+Coord RankGrid::coords(int rank) const {
+  Coord c;
+  c.tp = (rank / stride(Axis::tp)) % layout_.tp;
+  c.cp = (rank / stride(Axis::cp)) % layout_.cp;
+  c.dp = (rank / stride(Axis::dp)) % layout_.dp;
+  c.pp = (rank / stride(Axis::pp)) % layout_.pp;
+  int j = cp_dp_index(c);
+  int ep = layout_.ep, edp = layout_.cp * layout_.dp / std::max(1, layout_.ep);
+  if (ep_inner_) {
+    c.ep = j % ep;
+    c.edp = j / ep;
+  } else {
+    c.edp = j % edp;
+    c.ep = j / edp;
+  }
+  return c;
+}
+
+int RankGrid::rank(const Coord& c) const {
+  return c.tp * stride(Axis::tp) + c.cp * stride(Axis::cp) + c.dp * stride(Axis::dp) + c.pp * stride(Axis::pp);
+}
+
+int RankGrid::group_size(GroupKind k) const {
+  switch (k) {
+    case GroupKind::tp: return layout_.tp;
+    case GroupKind::cp: return layout_.cp;
+    case GroupKind::pp: return layout_.pp;
+    case GroupKind::dp: return layout_.dp;
+    case GroupKind::ep: return layout_.ep;
+    case GroupKind::dp_cp: return layout_.dp * layout_.cp;
+    case GroupKind::edp: return layout_.dp * layout_.cp / layout_.ep;
+  }
+  return 1;
+}
+
+std::vector<int> RankGrid::group_of(int rank, GroupKind kind) const {
+  Coord c = coords(rank);
+  std::vector<int> members;
+  members.reserve(group_size(kind));
+  auto along = [&](Axis a, int size) {
+    int base = rank - c.get(a) * stride(a);
+    for (int k = 0; k < size; ++k) members.push_back(base + k * stride(a));
+  };
+  // Rank of the member with (cp, dp) index j and c's tp and pp.
+  auto from_j = [&](int j) {
+    Coord m = c;
+    if (cp_before_dp_) {
+      m.cp = j % layout_.cp;
+      m.dp = j / layout_.cp;
+    } else {
+      m.dp = j % layout_.dp;
+      m.cp = j / layout_.dp;
+    }
+    return this->rank(m);
+  };
+  int ep = layout_.ep, edp = layout_.cp * layout_.dp / std::max(1, layout_.ep);
+  switch (kind) {
+    case GroupKind::tp: along(Axis::tp, layout_.tp); break;
+    case GroupKind::cp: along(Axis::cp, layout_.cp); break;
+    case GroupKind::pp: along(Axis::pp, layout_.pp); break;
+    case GroupKind::dp: along(Axis::dp, layout_.dp); break;
+    case GroupKind::dp_cp:
+      for (int j = 0; j < layout_.cp * layout_.dp; ++j) members.push_back(from_j(j));
+      break;
+    case GroupKind::ep:
+      for (int e = 0; e < ep; ++e) members.push_back(from_j(ep_inner_ ? e + ep * c.edp : c.edp + edp * e));
+      break;
+    case GroupKind::edp:
+      for (int d = 0; d < edp; ++d) members.push_back(from_j(ep_inner_ ? c.ep + ep * d : d + edp * c.ep));
+      break;
+  }
+  std::sort(members.begin(), members.end());
+  return members;
+}
+
+int RankGrid::index_in_group(int rank, GroupKind kind) const {
+  auto g = group_of(rank, kind);
+  return static_cast<int>(std::lower_bound(g.begin(), g.end(), rank) - g.begin());
+}
+
+std::vector<std::vector<int>> RankGrid::groups(GroupKind kind) const {
+  std::vector<std::vector<int>> out;
+  int size = group_size(kind);
+  out.reserve(world_ / std::max(1, size));
+  for (int r = 0; r < world_; ++r) {
+    Coord c = coords(r);
+    bool first = false;
+    switch (kind) {
+      case GroupKind::tp: first = c.tp == 0; break;
+      case GroupKind::cp: first = c.cp == 0; break;
+      case GroupKind::pp: first = c.pp == 0; break;
+      case GroupKind::dp: first = c.dp == 0; break;
+      case GroupKind::dp_cp: first = c.cp == 0 && c.dp == 0; break;
+      case GroupKind::ep: first = c.ep == 0; break;   // rank grows with the (cp, dp) index, so ep = 0 is the
+      case GroupKind::edp: first = c.edp == 0; break; // smallest member
+    }
+    if (first) out.push_back(group_of(r, kind));
+  }
+  return out;
+}
+
+RankMap::RankMap(const Layout& layout, const Cluster& cluster) : grid_(layout), cluster_(cluster) {
+  if (grid_.world() != cluster_.gpus())
+    throw std::invalid_argument("rank map: layout world " + std::to_string(grid_.world()) + " != cluster GPUs " +
+                                std::to_string(cluster_.gpus()));
+}
+
+Placement RankMap::placement(int rank) const {
+  Placement p;
+  p.node = rank / cluster_.gpus_per_node;
+  p.local_rank = rank % cluster_.gpus_per_node;
+  p.gpu = p.local_rank;
+  return p;
+}
+
+Link RankMap::link_of(const std::vector<int>& group) const {
+  if (group.size() <= 1) return Link::self;
+  Placement first = placement(group.front());
+  int domain = cluster_.nvlink_domain_of(first.node, first.local_rank);
+  bool same_node = true, same_domain = cluster_.nvlink_domain_gpus > 1;
+  for (int r : group) {
+    Placement p = placement(r);
+    if (p.node != first.node) same_node = false;
+    if (cluster_.nvlink_domain_of(p.node, p.local_rank) != domain) same_domain = false;
+  }
+  if (same_domain) return Link::nvlink;
+  return same_node ? Link::pcie : Link::network;
+}
+
+std::vector<GroupSummary> summarize_groups(const RankMap& map) {
+  std::vector<GroupSummary> out;
+  for (GroupKind k : kGroupKinds) {
+    GroupSummary s;
+    s.kind = k;
+    s.size = map.grid().group_size(k);
+    for (const auto& g : map.grid().groups(k)) {
+      ++s.count;
+      ++s.by_link[static_cast<int>(map.link_of(g))];
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace meshrun

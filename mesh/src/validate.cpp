@@ -1,0 +1,155 @@
+// Layout checks. Each produces one line: what is wrong, then how to fix it.
+#include <string>
+
+#include "meshrun/layout.hpp"
+
+namespace meshrun {
+namespace {
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+// Divisors of n up to limit, for "use one of ..." suggestions.
+std::string divisors(int64_t n, int64_t limit) {
+  std::string out;
+  for (int64_t d = 1; d <= n && d <= limit; ++d)
+    if (n % d == 0) out += (out.empty() ? "" : ", ") + s(d);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Cluster& cluster,
+                              std::vector<std::string>* checks_run) {
+  std::vector<Problem> p;
+  auto check = [&](const char* name) {
+    if (checks_run) checks_run->push_back(name);
+  };
+  const ModelSpec& m = cfg.model;
+  const TrainingSpec& t = cfg.training;
+
+  check("world-size");
+  if (int64_t(l.world()) != int64_t(cluster.gpus()))
+    p.push_back({"world-size", "tp·cp·pp·dp = " + s(l.tp) + "·" + s(l.cp) + "·" + s(l.pp) + "·" + s(l.dp) + " = " +
+                                   s(l.world()) + " ranks but the cluster has " + s(cluster.gpus()) + " GPUs (" +
+                                   s(cluster.nodes) + " nodes × " + s(cluster.gpus_per_node) +
+                                   "); set parallel.dp = \"auto\" or change the sizes or the node count"});
+
+  check("model-shape");
+  if (m.heads < 1 || m.kv_heads < 1 || m.hidden < 1 || m.layers < 1 || m.vocab < 1 || m.ffn_hidden < 1)
+    p.push_back({"model-shape", "model sizes (layers, hidden, ffn_hidden, heads, kv_heads, vocab) must be positive"});
+  else {
+    if (m.hidden % m.heads != 0)
+      p.push_back({"model-shape", "model.hidden=" + s(m.hidden) + " is not divisible by model.heads=" + s(m.heads) +
+                                      "; the head dimension must be a whole number"});
+    if (m.heads % m.kv_heads != 0)
+      p.push_back({"model-shape", "model.heads=" + s(m.heads) + " is not a multiple of model.kv_heads=" +
+                                      s(m.kv_heads) + "; grouped-query attention shares each KV head among whole groups"});
+  }
+
+  check("heads-tp");
+  if (m.heads > 0 && m.heads % l.tp != 0)
+    p.push_back({"heads-tp", "model.heads=" + s(m.heads) + " is not divisible by tp=" + s(l.tp) +
+                                 "; use a tp that divides the head count (" + divisors(m.heads, 64) + ")"});
+  check("kv-heads-tp");
+  if (m.kv_heads > 0 && m.kv_heads % l.tp != 0)
+    p.push_back({"kv-heads-tp", "model.kv_heads=" + s(m.kv_heads) + " is not divisible by tp=" + s(l.tp) +
+                                    "; each TP rank needs whole KV heads (GQA): use tp in {" +
+                                    divisors(m.kv_heads, 64) + "}"});
+  check("ffn-tp");
+  if (m.ffn_hidden > 0 && m.ffn_hidden % l.tp != 0)
+    p.push_back({"ffn-tp", "model.ffn_hidden=" + s(m.ffn_hidden) + " is not divisible by tp=" + s(l.tp) +
+                               "; column-parallel MLP shards need equal widths"});
+  check("vocab-tp");
+  if (m.vocab > 0 && m.vocab % l.tp != 0)
+    p.push_back({"vocab-tp", "model.vocab=" + s(m.vocab) + " is not divisible by tp=" + s(l.tp) +
+                                 "; pad the vocabulary to a multiple of tp (vocab-parallel embedding)"});
+
+  check("layers-pp");
+  int chunks = l.pp * l.virtual_stages;
+  if (m.layers > 0 && !chunk_layers(m.layers, chunks))
+    p.push_back({"layers-pp", "model.layers=" + s(m.layers) + " cannot be split over pp·virtual_stages = " + s(l.pp) +
+                                  "·" + s(l.virtual_stages) + " = " + s(chunks) +
+                                  " pipeline chunks; use a chunk count that divides the layers (" +
+                                  divisors(m.layers, m.layers) + ") or layers+2 (first and last chunk one fewer)"});
+
+  check("experts-ep");
+  if (m.experts > 0 && m.experts % l.ep != 0)
+    p.push_back({"experts-ep", "model.experts=" + s(m.experts) + " is not divisible by ep=" + s(l.ep) +
+                                   "; use ep in {" + divisors(m.experts, m.experts) + "}"});
+  if (m.experts == 0 && l.ep > 1)
+    p.push_back({"experts-ep", "ep=" + s(l.ep) + " needs a mixture-of-experts model; set model.experts or use ep = 1"});
+  if (m.experts > 0 && (m.top_k < 1 || m.top_k > m.experts))
+    p.push_back({"experts-ep", "model.top_k=" + s(m.top_k) + " must be between 1 and model.experts=" + s(m.experts)});
+
+  check("ep-dp-cp");
+  if ((int64_t(l.dp) * l.cp) % l.ep != 0)
+    p.push_back({"ep-dp-cp", "ep=" + s(l.ep) + " does not divide dp·cp = " + s(int64_t(l.dp) * l.cp) +
+                                 "; expert parallelism folds into the data/context ranks of a stage: use ep in {" +
+                                 divisors(int64_t(l.dp) * l.cp, 1 << 20) + "}"});
+
+  check("seq-cp");
+  if (l.cp > 1 && t.seq_len % (2 * l.cp) != 0)
+    p.push_back({"seq-cp", "training.seq_len=" + s(t.seq_len) + " is not divisible by 2·cp = " + s(2 * l.cp) +
+                               "; the load-balanced causal split gives each CP rank two chunks: use a multiple of " +
+                               s(2 * l.cp)});
+  check("seq-sp");
+  if (l.sequence_parallel && l.tp > 1 && (t.seq_len / l.cp) % l.tp != 0)
+    p.push_back({"seq-sp", "sequence parallelism splits the " + s(t.seq_len / l.cp) + " tokens of each CP rank over tp=" +
+                               s(l.tp) + "; use a seq_len divisible by cp·tp = " + s(int64_t(l.cp) * l.tp)});
+
+  check("tp-nvlink");
+  int domain = cluster.nvlink_domain_gpus;
+  if (domain > 1 && l.tp > domain)
+    p.push_back({"tp-nvlink", "tp=" + s(l.tp) + " is larger than the " + s(domain) + "-GPU NVLink domain of " +
+                                  cluster.type.name + "; TP traffic must stay on NVLink: use tp ≤ " + s(domain) +
+                                  " and add pp or cp instead"});
+  else if (domain <= 1 && l.tp > cluster.gpus_per_node)
+    p.push_back({"tp-nvlink", "tp=" + s(l.tp) + " spans more than one node (" + s(cluster.gpus_per_node) +
+                                  " GPUs per node, no NVLink); use tp ≤ " + s(cluster.gpus_per_node)});
+  else if (l.tp <= cluster.gpus_per_node && cluster.gpus_per_node % l.tp != 0)
+    p.push_back({"tp-nvlink", "tp=" + s(l.tp) + " does not divide gpus_per_node=" + s(cluster.gpus_per_node) +
+                                  ", so some TP groups would straddle two nodes; use tp in {" +
+                                  divisors(cluster.gpus_per_node, 64) + "}"});
+
+  check("batch-dp");
+  int64_t per_step = int64_t(l.dp) * t.micro_batch_size;
+  if (t.micro_batch_size < 1 || t.global_batch_size < 1)
+    p.push_back({"batch-dp", "training.global_batch_size and micro_batch_size must be positive"});
+  else if (t.global_batch_size % per_step != 0)
+    p.push_back({"batch-dp", "training.global_batch_size=" + s(t.global_batch_size) +
+                                 " is not divisible by dp·micro_batch_size = " + s(l.dp) + "·" +
+                                 s(t.micro_batch_size) + " = " + s(per_step) +
+                                 "; use a global batch that is a multiple of " + s(per_step)});
+  else {
+    int64_t micro = t.global_batch_size / per_step;
+    check("pp-microbatches");
+    if (l.pp > 1 && micro < l.pp)
+      p.push_back({"pp-microbatches", "only " + s(micro) + " micro-batches per step for pp=" + s(l.pp) +
+                                          " stages (a pipeline needs at least one per stage); raise "
+                                          "training.global_batch_size or lower micro_batch_size or pp"});
+    check("interleaved");
+    if (l.virtual_stages > 1 && l.pp == 1)
+      p.push_back({"interleaved", "parallel.virtual_stages=" + s(l.virtual_stages) +
+                                      " needs a pipeline (pp > 1); set virtual_stages = 1"});
+    else if (l.virtual_stages > 1 && micro % l.pp != 0)
+      p.push_back({"interleaved", "the interleaved schedule needs micro-batches per step (" + s(micro) +
+                                      ") to be a multiple of pp=" + s(l.pp) + "; adjust global_batch_size"});
+  }
+  if (t.seq_len < 1)
+    p.push_back({"seq-cp", "training.seq_len=" + s(t.seq_len) + " must be positive"});
+  return p;
+}
+
+std::vector<std::string> layout_warnings(const JobConfig& cfg, const Layout& l, const Cluster& cluster) {
+  std::vector<std::string> w;
+  if (l.sequence_parallel && l.tp == 1)
+    w.push_back("parallel.sequence_parallel has no effect with tp = 1");
+  if (cluster.nvlink_domain_gpus <= 1 && l.tp > 1)
+    w.push_back("tp=" + s(l.tp) + " runs over PCIe: node type '" + cluster.type.name +
+                "' has no NVLink; expect TP all-reduces to dominate");
+  if (cfg.model.experts > 0 && l.ep == 1)
+    w.push_back("MoE model with ep = 1: every rank holds all " + s(cfg.model.experts) + " experts");
+  return w;
+}
+
+}  // namespace meshrun
