@@ -12,6 +12,7 @@
 #include "config_flags.hpp"
 #include "meshrun/json.hpp"
 #include "plan_render.hpp"
+#include "svg.hpp"
 #ifdef MESHRUN_HAVE_PLANNER
 #include "meshrun/planner.hpp"
 #endif
@@ -143,16 +144,22 @@ int cmd_plan(int argc, char** argv) {
 
   RankMap map(*layout, cluster);
   std::vector<std::string> warnings = layout_warnings(cfg.job, *layout, cluster);
-  for (const auto& s : summarize_groups(map)) {
-    int crossing = s.by_link[static_cast<int>(Link::network)];
-    if (s.kind == GroupKind::tp && crossing > 0)
-      warnings.push_back(std::to_string(crossing) + " of " + std::to_string(s.count) +
-                         " TP groups cross the network with order " + layout->order.str() +
-                         "; put tp first in parallel.order");
-    if (s.kind == GroupKind::ep && crossing > 0)
-      warnings.push_back("EP all-to-all crosses the network in " + std::to_string(crossing) + " of " +
-                         std::to_string(s.count) + " EP groups; keep ep·tp within a node where the model allows");
-  }
+  auto crossing = [&](GroupKind kind, int* count) {
+    int n = 0;
+    *count = 0;
+    for (const auto& g : map.grid().groups(kind)) {
+      ++*count;
+      n += map.link_of(g) == Link::network;
+    }
+    return n;
+  };
+  int count = 0;
+  if (int n = crossing(GroupKind::tp, &count); n > 0)
+    warnings.push_back(std::to_string(n) + " of " + std::to_string(count) + " TP groups cross the network with order " +
+                       layout->order.str() + "; put tp first in parallel.order");
+  if (int n = layout->ep > 1 ? crossing(GroupKind::ep, &count) : 0; n > 0)
+    warnings.push_back("EP all-to-all crosses the network in " + std::to_string(n) + " of " + std::to_string(count) +
+                       " EP groups; keep ep·tp within a node where the model allows");
 
   cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, {}, {}};
   // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.
@@ -161,7 +168,8 @@ int cmd_plan(int argc, char** argv) {
 
   if (format == "svg") {
     // [svg]
-    return fail("--format svg: the SVG renderer is not part of this build yet");
+    render_svg(std::cout, map, cfg);
+    return 0;
     // [/svg]
   }
   if (format == "json") {

@@ -178,7 +178,6 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   j.end_array();
   if (auto layers = chunk_layers(v.config.job.model.layers, l.pp * l.virtual_stages)) j.key("chunk_layers").int_array(*layers);
 
-  // The rank table is the bulk of the document: write it with plain appends.
   j.key("ranks").begin_array();
   for (int r = 0; r < map.world(); ++r) {
     Coord x = map.coords(r);
@@ -194,15 +193,25 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   }
   j.end_array();
 
+  // Each kind's groups are computed once and serve both the listing and the link summary.
+  std::vector<GroupSummary> summaries;
   j.key("groups").begin_object();
   for (GroupKind k : kGroupKinds) {
+    GroupSummary s;
+    s.kind = k;
+    s.size = map.grid().group_size(k);
     j.key(group_name(k)).begin_array();
-    for (const auto& g : map.grid().groups(k)) j.int_array(g);
+    for (const auto& g : map.grid().groups(k)) {
+      j.int_array(g);
+      ++s.count;
+      ++s.by_link[static_cast<int>(map.link_of(g))];
+    }
     j.end_array();
+    summaries.push_back(s);
   }
   j.end_object();
   j.key("group_links").begin_object();
-  for (const auto& s : summarize_groups(map)) {
+  for (const auto& s : summaries) {
     j.key(group_name(s.kind)).begin_object();
     j.field("size", s.size).field("count", s.count);
     for (Link ln : {Link::self, Link::nvlink, Link::pcie, Link::network})

@@ -222,7 +222,15 @@ struct Scalar {
 std::string store(JobConfig& job, const Field& f, const Scalar& v) {
   const std::string& key = f.info.key;
   auto wrong_type = [&]() {
-    return key + " must be " + type_name(f.info.type) + ", got " + v.shown() + "; write " + example(f);
+    std::string fix = example(f);
+    // A number written in quotes: show the user's own value without them.
+    int64_t n;
+    if (v.kind == Scalar::string && (f.info.type == ValueType::integer || f.info.type == ValueType::int_or_auto)) {
+      auto r = std::from_chars(v.s.data(), v.s.data() + v.s.size(), n);
+      if (r.ec == std::errc() && r.ptr == v.s.data() + v.s.size())
+        fix = key.substr(key.find('.') + 1) + " = " + v.s;
+    }
+    return key + " must be " + type_name(f.info.type) + ", got " + v.shown() + "; write " + fix;
   };
   void* p = f.ptr(job);
   switch (f.info.type) {
@@ -239,7 +247,9 @@ std::string store(JobConfig& job, const Field& f, const Scalar& v) {
       }
       if (val < f.min)
         return key + " = " + std::to_string(val) + " must be at least " + std::to_string(f.min) +
-               (f.info.type == ValueType::int_or_auto ? " (or \"auto\")" : "");
+               (f.info.type == ValueType::int_or_auto ? " (or \"auto\")" : "") +
+               (f.min == 1 && key.rfind("parallel.", 0) == 0 ? "; use 1 to leave the axis unused"
+                                                             : "; use " + std::to_string(f.min) + " or more");
       if (key == "model.vocab") {
         *static_cast<int64_t*>(p) = val;
       } else if (key == "training.seed") {
@@ -285,21 +295,17 @@ std::string location(const std::string& file, const toml::source_region& r) {
 
 std::string unknown_key_message(std::string_view section, std::string_view name) {
   std::vector<std::string> in_section;
-  std::vector<std::string> all;
+  std::string elsewhere;  // the same name in another section ("tp" under [model])
   for (const auto& f : schema()) {
-    all.push_back(f.info.key);
-    if (f.info.key.rfind(std::string(section) + ".", 0) == 0) in_section.push_back(f.info.key.substr(section.size() + 1));
+    std::string_view sec = std::string_view(f.info.key).substr(0, f.info.key.find('.'));
+    std::string_view key = std::string_view(f.info.key).substr(f.info.key.find('.') + 1);
+    if (sec == section) in_section.emplace_back(key);
+    else if (key == name) elsewhere = f.info.key;
   }
-  std::string near = nearest(name, in_section);
   std::string msg = "unknown key '" + std::string(name) + "' in [" + std::string(section) + "]";
+  if (!elsewhere.empty()) return msg + "; did you mean '" + elsewhere + "'?";
+  std::string near = nearest(name, in_section);
   if (!near.empty()) return msg + "; did you mean '" + near + "'?";
-  std::string full = nearest(std::string(section) + "." + std::string(name), all);
-  if (full.empty()) {
-    // A key written in the wrong section ("tp" under [model]).
-    for (const auto& k : all)
-      if (k.substr(k.find('.') + 1) == name) full = k;
-  }
-  if (!full.empty()) return msg + "; did you mean '" + full + "'?";
   return msg + "; valid keys: " + join(in_section);
 }
 

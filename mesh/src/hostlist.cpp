@@ -102,7 +102,8 @@ std::optional<std::vector<std::string>> expand_hostlist(std::string_view expr, s
     }
   }
   if (depth != 0) {
-    *error = "unbalanced brackets in hostlist '" + std::string(expr) + "'";
+    *error = depth > 0 ? "unclosed '[' in hostlist '" + std::string(expr) + "'; close it like node[001-004]"
+                       : "unbalanced ']' in hostlist '" + std::string(expr) + "'";
     return std::nullopt;
   }
   if (hosts.empty()) {

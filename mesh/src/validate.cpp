@@ -36,7 +36,7 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
 
   check("model-shape");
   if (m.heads < 1 || m.kv_heads < 1 || m.hidden < 1 || m.layers < 1 || m.vocab < 1 || m.ffn_hidden < 1)
-    p.push_back({"model-shape", "model sizes (layers, hidden, ffn_hidden, heads, kv_heads, vocab) must be positive"});
+    p.push_back({"model-shape", "model sizes (layers, hidden, ffn_hidden, heads, kv_heads, vocab) must be positive; set each in [model]"});
   else {
     if (m.hidden % m.heads != 0)
       p.push_back({"model-shape", "model.hidden=" + s(m.hidden) + " is not divisible by model.heads=" + s(m.heads) +
@@ -79,7 +79,7 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
   if (m.experts == 0 && l.ep > 1)
     p.push_back({"experts-ep", "ep=" + s(l.ep) + " needs a mixture-of-experts model; set model.experts or use ep = 1"});
   if (m.experts > 0 && (m.top_k < 1 || m.top_k > m.experts))
-    p.push_back({"experts-ep", "model.top_k=" + s(m.top_k) + " must be between 1 and model.experts=" + s(m.experts)});
+    p.push_back({"experts-ep", "model.top_k=" + s(m.top_k) + " must be between 1 and model.experts=" + s(m.experts) + "; set the experts each token visits"});
 
   check("ep-dp-cp");
   if ((int64_t(l.dp) * l.cp) % l.ep != 0)
@@ -103,6 +103,10 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
     p.push_back({"tp-nvlink", "tp=" + s(l.tp) + " is larger than the " + s(domain) + "-GPU NVLink domain of " +
                                   cluster.type.name + "; TP traffic must stay on NVLink: use tp ≤ " + s(domain) +
                                   " and add pp or cp instead"});
+  else if (domain > 1 && l.tp > cluster.gpus_per_node && domain % l.tp != 0)
+    p.push_back({"tp-nvlink", "tp=" + s(l.tp) + " does not divide the " + s(domain) +
+                                  "-GPU NVLink domain, so some TP groups would straddle two domains; use tp in {" +
+                                  divisors(domain, domain) + "}"});
   else if (domain <= 1 && l.tp > cluster.gpus_per_node)
     p.push_back({"tp-nvlink", "tp=" + s(l.tp) + " spans more than one node (" + s(cluster.gpus_per_node) +
                                   " GPUs per node, no NVLink); use tp ≤ " + s(cluster.gpus_per_node)});
@@ -114,7 +118,7 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
   check("batch-dp");
   int64_t per_step = int64_t(l.dp) * t.micro_batch_size;
   if (t.micro_batch_size < 1 || t.global_batch_size < 1)
-    p.push_back({"batch-dp", "training.global_batch_size and micro_batch_size must be positive"});
+    p.push_back({"batch-dp", "training.global_batch_size and micro_batch_size must be positive; set both in [training]"});
   else if (t.global_batch_size % per_step != 0)
     p.push_back({"batch-dp", "training.global_batch_size=" + s(t.global_batch_size) +
                                  " is not divisible by dp·micro_batch_size = " + s(l.dp) + "·" +
@@ -136,7 +140,7 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
                                       ") to be a multiple of pp=" + s(l.pp) + "; adjust global_batch_size"});
   }
   if (t.seq_len < 1)
-    p.push_back({"seq-cp", "training.seq_len=" + s(t.seq_len) + " must be positive"});
+    p.push_back({"seq-cp", "training.seq_len=" + s(t.seq_len) + " must be positive; set the tokens per sequence"});
   return p;
 }
 

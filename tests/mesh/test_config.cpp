@@ -1,0 +1,133 @@
+// Templates and layered configuration: located errors, did-you-mean, sources of values.
+#include <catch2/catch.hpp>
+
+#include "meshrun/config.hpp"
+#include "meshrun/hostlist.hpp"
+
+using namespace meshrun;
+
+namespace {
+std::string error_of(std::string_view toml) {
+  Config cfg;
+  try {
+    apply_toml_text(cfg, toml, "t.toml", SourceKind::template_file);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("a template fills values and records where each came from", "[config]") {
+  Config cfg;
+  apply_toml_text(cfg, "[parallel]\ntp = 4\ndp = \"auto\"\n\n[model]\nlayers = 12\nrope_theta = 500000\n", "t.toml",
+                  SourceKind::template_file);
+  REQUIRE(cfg.job.parallel.tp == 4);
+  REQUIRE(cfg.job.parallel.dp == 0);
+  REQUIRE(cfg.job.model.layers == 12);
+  REQUIRE(cfg.job.model.rope_theta == 500000.0);  // integers are accepted for numbers
+  REQUIRE(cfg.origin_of("parallel.tp").str() == "template t.toml:2:6");
+  REQUIRE(cfg.origin_of("model.layers").str() == "template t.toml:6:10");
+  REQUIRE(cfg.origin_of("parallel.cp").str() == "default");
+}
+
+TEST_CASE("bad templates give one located line with a fix", "[config]") {
+  SECTION("syntax error") {
+    auto e = error_of("[parallel]\ntp = = 4\n");
+    REQUIRE(e.rfind("t.toml:2:", 0) == 0);
+    REQUIRE(e.find("TOML syntax error") != std::string::npos);
+  }
+  SECTION("unknown key with a suggestion") {
+    REQUIRE(error_of("[parallel]\ntpp = 4\n") == "t.toml:2:1: unknown key 'tpp' in [parallel]; did you mean 'tp'?");
+  }
+  SECTION("a key in the wrong section") {
+    REQUIRE(error_of("[model]\ntp = 4\n") ==
+            "t.toml:2:1: unknown key 'tp' in [model]; did you mean 'parallel.tp'?");
+  }
+  SECTION("unknown section") {
+    REQUIRE(error_of("[paralel]\ntp = 4\n") == "t.toml:1:2: unknown section [paralel]; did you mean [parallel]?");
+  }
+  SECTION("wrong type") {
+    REQUIRE(error_of("[parallel]\ntp = \"8\"\n") ==
+            "t.toml:2:6: parallel.tp must be an integer, got \"8\"; write tp = 8");
+  }
+  SECTION("negative size") {
+    REQUIRE(error_of("[parallel]\npp = -2\n") == "t.toml:2:6: parallel.pp = -2 must be at least 1; use 1 to leave the axis unused");
+  }
+  SECTION("a choice that is not allowed") {
+    REQUIRE(error_of("[model]\nmlp = \"swiglo\"\n") ==
+            "t.toml:2:7: model.mlp = \"swiglo\" is not one of swiglu, gelu; did you mean \"swiglu\"?");
+  }
+  SECTION("env values are strings") {
+    REQUIRE(error_of("[env]\nNCCL_DEBUG = 1\n").find("env.NCCL_DEBUG must be a string") != std::string::npos);
+  }
+  SECTION("nothing is changed by a failing template") {
+    Config cfg;
+    cfg.job.parallel.tp = 2;
+    REQUIRE_THROWS_AS(apply_toml_text(cfg, "[parallel]\ntp = 8\npp = \"x\"\n", "t.toml", SourceKind::template_file),
+                      ConfigError);
+    REQUIRE(cfg.job.parallel.tp == 2);
+  }
+}
+
+TEST_CASE("--set addresses a key by section and name", "[config]") {
+  Config cfg;
+  apply_set(cfg, "parallel.tp=4");
+  apply_set(cfg, "parallel.dp=auto");
+  apply_set(cfg, "model.mlp=gelu");
+  apply_set(cfg, "job.name=\"x y\"");
+  apply_set(cfg, "parallel.sequence_parallel=true");
+  apply_set(cfg, "training.lr=1e-4");
+  apply_set(cfg, "env.MY_VAR=1");
+  REQUIRE(cfg.job.parallel.tp == 4);
+  REQUIRE(cfg.job.parallel.dp == 0);
+  REQUIRE(cfg.job.model.mlp == "gelu");
+  REQUIRE(cfg.job.job.name == "x y");
+  REQUIRE(cfg.job.parallel.sequence_parallel);
+  REQUIRE(cfg.job.training.lr == 1e-4);
+  REQUIRE(cfg.job.env.at("MY_VAR") == "1");
+  REQUIRE(cfg.origin_of("parallel.tp").str() == "set --set parallel.tp=4");
+  SECTION("unknown key") {
+    REQUIRE_THROWS_WITH(apply_set(cfg, "parallel.tpp=4"),
+                        "--set parallel.tpp=4: unknown key 'parallel.tpp'; did you mean 'parallel.tp'?");
+  }
+  SECTION("wrong type") {
+    REQUIRE_THROWS_WITH(apply_set(cfg, "parallel.tp=eight"),
+                        "--set parallel.tp=eight: parallel.tp must be an integer, got \"eight\"; write tp = 8");
+  }
+  SECTION("missing =") {
+    REQUIRE_THROWS_WITH(apply_set(cfg, "parallel.tp"), Catch::Contains("expected section.key=value"));
+  }
+}
+
+TEST_CASE("layers stack: defaults < site < template < flags < --set", "[config]") {
+  // build_config reads files; use the in-memory layers directly in the same order.
+  Config cfg;
+  apply_toml_text(cfg, "[parallel]\ntp = 2\npp = 2\ncp = 2\n", "site.toml", SourceKind::site);
+  apply_toml_text(cfg, "[parallel]\ntp = 4\npp = 4\n", "t.toml", SourceKind::template_file);
+  apply_value(cfg, "parallel.tp", "8", Origin{SourceKind::flag, "--mesh-tp=8"});
+  apply_set(cfg, "parallel.pp=8");
+  REQUIRE(cfg.job.parallel.cp == 2);
+  REQUIRE(cfg.origin_of("parallel.cp").kind == SourceKind::site);
+  REQUIRE(cfg.job.parallel.tp == 8);
+  REQUIRE(cfg.origin_of("parallel.tp").kind == SourceKind::flag);
+  REQUIRE(cfg.job.parallel.pp == 8);
+  REQUIRE(cfg.origin_of("parallel.pp").kind == SourceKind::set);
+}
+
+TEST_CASE("hostlists expand like Slurm's", "[hostlist]") {
+  std::string err;
+  using V = std::vector<std::string>;
+  REQUIRE(*expand_hostlist("node[001-003,7]", &err) == V{"node001", "node002", "node003", "node7"});
+  REQUIRE(*expand_hostlist("a1,b[8-10]", &err) == V{"a1", "b8", "b9", "b10"});
+  REQUIRE(*expand_hostlist("r[1-2]-n[01-02]", &err) == V{"r1-n01", "r1-n02", "r2-n01", "r2-n02"});
+  REQUIRE(expand_hostlist("node[001-128]", &err)->size() == 128);
+  REQUIRE(expand_hostlist("node[001-128]", &err)->back() == "node128");
+  REQUIRE_FALSE(expand_hostlist("node[1-", &err));
+  REQUIRE(err.find("unclosed '['") != std::string::npos);
+  REQUIRE_FALSE(expand_hostlist("node[5-2]", &err));
+  REQUIRE(err.find("runs backwards") != std::string::npos);
+  REQUIRE_FALSE(expand_hostlist("node[a-b]", &err));
+  REQUIRE_FALSE(expand_hostlist("node[1-99999999]", &err));
+  REQUIRE_FALSE(expand_hostlist("", &err));
+}
