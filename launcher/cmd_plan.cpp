@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "commands.hpp"
 #include "config_flags.hpp"
 #include "meshrun/json.hpp"
+#include "meshrun/topology.hpp"
 #include "plan_render.hpp"
 #include "svg.hpp"
 #ifdef MESHRUN_HAVE_PLANNER
@@ -64,28 +66,15 @@ int cmd_plan(int argc, char** argv) {
         return 0;
       }
       if (cli::take_config_flag(args, i, req)) continue;
-      auto value = [&](const char* flag) -> std::string {
-        if (a == flag) {
-          if (i + 1 >= args.size()) throw ConfigError(std::string(flag) + ": missing value");
-          i += 2;
-          return args[i - 1];
-        }
-        std::string prefix = std::string(flag) + "=";
-        if (a.rfind(prefix, 0) == 0) {
-          ++i;
-          return a.substr(prefix.size());
-        }
-        return "\x01";
-      };
       std::string v;
-      if ((v = value("--format")) != "\x01") {
+      if (cli::take_value(args, i, "--format", &v)) {
         format = v;
         if (format != "table" && format != "json" && format != "svg")
           throw ConfigError("--format " + format + ": unknown format; use table, json or svg");
         continue;
       }
-      if ((v = value("--topology")) != "\x01") { topology_xml = v; continue; }
-      if ((v = value("--top")) != "\x01") {
+      if (cli::take_value(args, i, "--topology", &v)) { topology_xml = v; continue; }
+      if (cli::take_value(args, i, "--top", &v)) {
         try {
           top = std::stoi(v);
         } catch (...) {
@@ -118,6 +107,28 @@ int cmd_plan(int argc, char** argv) {
 
   std::vector<Problem> problems;
   Cluster cluster = resolve_cluster(cfg.job.cluster, &problems);
+#ifdef MESHRUN_HAVE_PLANNER
+  if (search) {
+    // [search] The planner ranks every valid layout for the model, cluster and batch; the template's own
+    // layout does not matter here, so only the cluster must be valid.
+    if (!problems.empty()) return fail(problems.front().message);
+    try {
+      auto result = planner::search(cfg.job, top);
+      std::string text = format == "json" ? planner::search_json(result) + "\n" : "";
+      if (format != "json") {
+        std::ostringstream o;
+        planner::print_search_table(o, result);
+        text = o.str();
+      }
+      std::fputs(text.c_str(), stdout);
+    } catch (const ConfigError& e) {
+      return fail(e.what());
+    }
+    return 0;
+  }
+#else
+  if (search || estimate) return fail("--estimate/--search need the planner, which this build does not include");
+#endif
   auto layout = resolve_layout(cfg.job.parallel, cluster.gpus(), &problems);
   std::vector<std::string> checks;
   if (layout && problems.empty()) {
@@ -131,15 +142,14 @@ int cmd_plan(int argc, char** argv) {
   }
 
 #ifdef MESHRUN_HAVE_PLANNER
-  if (search) {
-    // [search] The planner ranks every valid layout; the dry run of the template's own layout is not printed.
-    auto result = planner::search(cfg.job, top);
-    if (format == "json") std::cout << planner::search_json(result) << "\n";
-    else planner::print_search_table(std::cout, result);
-    return 0;
+  std::optional<planner::Estimate> est;
+  if (estimate) {
+    try {
+      est = planner::estimate(cfg.job);
+    } catch (const ConfigError& e) {
+      return fail(e.what());
+    }
   }
-#else
-  if (search || estimate) return fail("--estimate/--search need the planner, which this build does not include");
 #endif
 
   RankMap map(*layout, cluster);
@@ -163,7 +173,27 @@ int cmd_plan(int argc, char** argv) {
 
   cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, {}, {}};
   // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.
-  if (!topology_xml.empty()) return fail("--topology: node topologies are not supported by this build yet");
+  NodeTopology node_topo;
+  if (!topology_xml.empty()) {
+    try {
+      TopologyRequest treq;
+      treq.xml_path = topology_xml;
+      treq.node_type = &cluster.type;
+      node_topo = load_topology(treq);
+    } catch (const TopologyError& e) {
+      return fail(std::string("--topology: ") + e.what());
+    }
+    if (static_cast<int>(node_topo.gpus.size()) < cluster.gpus_per_node)
+      return fail("--topology " + topology_xml + " has " + std::to_string(node_topo.gpus.size()) +
+                  " GPU(s) but the cluster has " + std::to_string(cluster.gpus_per_node) +
+                  " per node; pass that node type's export or set cluster.gpus_per_node");
+    view.extra_columns = {"pci", "nic", "path", "numa", "cpus"};
+    view.extra_cells = [&node_topo](int local_rank) {
+      const RankDescription d = describe_rank(node_topo, local_rank);
+      return std::vector<std::string>{d.gpu_pci, d.nic.empty() ? "-" : d.nic, d.nic_level.empty() ? "-" : d.nic_level,
+                                      std::to_string(d.numa), d.cpus};
+    };
+  }
   // [/topology]
 
   if (format == "svg") {
@@ -180,7 +210,7 @@ int cmd_plan(int argc, char** argv) {
     cli::render_plan_json_body(j, view);
 #ifdef MESHRUN_HAVE_PLANNER
     if (estimate) {
-      j.key("estimate").raw(planner::estimate_json(planner::estimate(cfg.job)));
+      j.key("estimate").raw(planner::estimate_json(*est));
     }
 #endif
     j.end_object();
@@ -193,7 +223,7 @@ int cmd_plan(int argc, char** argv) {
 #ifdef MESHRUN_HAVE_PLANNER
   if (estimate) {
     o << "\n";
-    planner::print_estimate_table(o, planner::estimate(cfg.job));
+    planner::print_estimate_table(o, *est);
   }
 #endif
   std::fputs(o.str().c_str(), stdout);

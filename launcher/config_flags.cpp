@@ -13,40 +13,40 @@ constexpr FlagKey kFlags[] = {
 };
 }  // namespace
 
-bool take_config_flag(const std::vector<std::string>& args, size_t& i, ConfigRequest& req) {
+bool take_value(const std::vector<std::string>& args, size_t& i, const std::string& flag, std::string* out) {
   const std::string& a = args[i];
-  auto value_of = [&](const std::string& flag, std::string* out) -> bool {
-    if (a == flag) {
-      if (i + 1 >= args.size()) throw ConfigError(flag + ": missing value; write " + flag + " VALUE");
-      *out = args[++i];
-      return true;
-    }
-    if (a.rfind(flag + "=", 0) == 0) {
-      *out = a.substr(flag.size() + 1);
-      return true;
-    }
-    return false;
-  };
+  if (a == flag) {
+    if (i + 1 >= args.size()) throw ConfigError(flag + ": missing value; write " + flag + " VALUE");
+    *out = args[i + 1];
+    i += 2;
+    return true;
+  }
+  if (a.size() > flag.size() && a.compare(0, flag.size(), flag) == 0 && a[flag.size()] == '=') {
+    *out = a.substr(flag.size() + 1);
+    ++i;
+    return true;
+  }
+  return false;
+}
+
+bool take_config_flag(const std::vector<std::string>& args, size_t& i, ConfigRequest& req) {
   std::string v;
-  if (value_of("--set", &v)) {
+  if (take_value(args, i, "--set", &v)) {
     req.sets.push_back(v);
-    ++i;
     return true;
   }
-  if (value_of("--site", &v)) {
+  if (take_value(args, i, "--site", &v)) {
     req.site_path = v;
-    ++i;
     return true;
   }
-  if (a == "--no-site") {
+  if (args[i] == "--no-site") {
     req.use_site = false;
     ++i;
     return true;
   }
   for (const auto& f : kFlags) {
-    if (value_of(f.flag, &v)) {
+    if (take_value(args, i, f.flag, &v)) {
       req.flags.push_back({f.key, v, f.flag});
-      ++i;
       return true;
     }
   }

@@ -14,6 +14,10 @@ namespace meshrun::cli {
 // returns true. Throws ConfigError for a flag that lacks its value.
 bool take_config_flag(const std::vector<std::string>& args, size_t& i, ConfigRequest& req);
 
+// If args[i] is `flag VALUE` or `flag=VALUE`, stores VALUE in *out, advances i past it and returns true.
+// Throws ConfigError when the value is missing.
+bool take_value(const std::vector<std::string>& args, size_t& i, const std::string& flag, std::string* out);
+
 // Help text for those flags (one line each).
 const char* config_flags_help();
 

@@ -123,6 +123,13 @@ std::vector<Field> make_schema() {
   add(at_least(field("checkpoint.signal_lead_s", &JobConfig::checkpoint, &CheckpointSpec::signal_lead_s, V::integer, "seconds before the time limit"), 0));
   add(field("checkpoint.load", &JobConfig::checkpoint, &CheckpointSpec::load, V::string, "safetensors weights to start from"));
   add(field("checkpoint.save", &JobConfig::checkpoint, &CheckpointSpec::save, V::string, "safetensors file written at the end"));
+
+  add(choose(field("site.nccl", &JobConfig::site, &SiteSpec::nccl, V::string, "site: NCCL variables from the topology"), {"auto", "off"}));
+  add(field("site.allow_env", &JobConfig::site, &SiteSpec::allow_env, V::string, "site: extra [env] names a template may set"));
+  add(field("site.socket_ifname", &JobConfig::site, &SiteSpec::socket_ifname, V::string, "site: NCCL_SOCKET_IFNAME"));
+  add(choose(field("site.hca_scope", &JobConfig::site, &SiteSpec::hca_scope, V::string, "site: NCCL_IB_HCA per rank or per node"), {"rank", "node"}));
+  add(choose(field("site.cpu_bind", &JobConfig::site, &SiteSpec::cpu_bind, V::string, "site: CPU binding"), {"numa", "none"}));
+  add(at_least(field("site.port_base", &JobConfig::site, &SiteSpec::port_base, V::integer, "site: MASTER_PORT range start"), 1024));
   return f;
 }
 
@@ -138,7 +145,8 @@ const Field* find_field(std::string_view key) {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> s{"job", "cluster", "model", "parallel", "training", "data", "checkpoint", "env"};
+  static const std::vector<std::string> s{"job",  "cluster",    "model", "parallel", "training",
+                                          "data", "checkpoint", "env",   "site"};
   return s;
 }
 
@@ -309,6 +317,11 @@ std::string unknown_key_message(std::string_view section, std::string_view name)
   return msg + "; valid keys: " + join(in_section);
 }
 
+std::string site_only_message() {
+  return "[site] policy can only be set in the site file (/etc/meshrun/site.toml or $MESHRUN_SITE_CONFIG); "
+         "a job cannot change what the site allows";
+}
+
 void apply_table(Config& cfg, const toml::table& root, const std::string& file, SourceKind kind) {
   Config next = cfg;
   for (auto&& [k, node] : root) {
@@ -321,6 +334,7 @@ void apply_table(Config& cfg, const toml::table& root, const std::string& file, 
     }
     const toml::table* tbl = node.as_table();
     if (!tbl) throw ConfigError(where + ": '" + section + "' must be a table; write [" + section + "] on its own line");
+    if (section == "site" && kind != SourceKind::site) throw ConfigError(where + ": " + site_only_message());
     for (auto&& [kk, vnode] : *tbl) {
       std::string name(kk.str());
       std::string vwhere = location(file, vnode.source());
@@ -464,6 +478,7 @@ void apply_value(Config& cfg, const std::string& key, std::string_view value, co
     cfg.origins[key] = origin;
     return;
   }
+  if (key.rfind("site.", 0) == 0 && origin.kind != SourceKind::site) throw ConfigError(prefix + ": " + site_only_message());
   const Field* f = find_field(key);
   if (!f) {
     std::string near = suggest_key(key);

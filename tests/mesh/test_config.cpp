@@ -70,7 +70,7 @@ TEST_CASE("bad templates give one located line with a fix", "[config]") {
   }
 }
 
-TEST_CASE("--set addresses a key by section and name", "[config]") {
+TEST_CASE("set: --set addresses a key by section and name", "[config]") {
   Config cfg;
   apply_set(cfg, "parallel.tp=4");
   apply_set(cfg, "parallel.dp=auto");
@@ -130,4 +130,28 @@ TEST_CASE("hostlists expand like Slurm's", "[hostlist]") {
   REQUIRE_FALSE(expand_hostlist("node[a-b]", &err));
   REQUIRE_FALSE(expand_hostlist("node[1-99999999]", &err));
   REQUIRE_FALSE(expand_hostlist("", &err));
+}
+
+#include "meshrun/site_policy.hpp"
+
+TEST_CASE("site policy comes only from the site file", "[config][site]") {
+  Config cfg;
+  apply_toml_text(cfg,
+                  "[site]\nnccl = \"off\"\nallow_env = \"MY_*, WANDB_PROJECT\"\nhca_scope = \"node\"\n"
+                  "[env]\nLD_LIBRARY_PATH = \"/opt/site/lib\"\n",
+                  "site.toml", SourceKind::site);
+  apply_toml_text(cfg, "[env]\nMY_FLAG = \"1\"\n", "t.toml", SourceKind::template_file);
+  EnvInputs in = env_inputs(cfg);
+  REQUIRE(in.policy.nccl == EnvPolicy::Nccl::off);
+  REQUIRE(in.policy.hca_scope == EnvPolicy::HcaScope::node);
+  REQUIRE(in.policy.allow == std::vector<std::string>{"MY_*", "WANDB_PROJECT"});
+  REQUIRE(in.policy.site_env.at("LD_LIBRARY_PATH") == "/opt/site/lib");  // the site's own, trusted
+  REQUIRE(in.user_env == std::map<std::string, std::string>{{"MY_FLAG", "1"}});
+  SECTION("a template cannot set [site]") {
+    REQUIRE_THROWS_WITH(apply_toml_text(cfg, "[site]\nallow_env = \"LD_*\"\n", "t.toml", SourceKind::template_file),
+                        Catch::StartsWith("t.toml:1:2: [site] policy can only be set in the site file"));
+  }
+  SECTION("nor can --set") {
+    REQUIRE_THROWS_WITH(apply_set(cfg, "site.nccl=auto"), Catch::Contains("can only be set in the site file"));
+  }
 }

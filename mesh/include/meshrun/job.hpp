@@ -100,6 +100,17 @@ struct JobSpec {
   std::string partition, account, qos;
 };
 
+// Site policy for task environments. Only the site file (/etc/meshrun/site.toml or $MESHRUN_SITE_CONFIG) may
+// set these; a template, flag or --set that tries is refused, so a job cannot widen what the site allows.
+struct SiteSpec {
+  std::string nccl = "auto";           // auto | off: emit NCCL_* variables from the topology, or none
+  std::string allow_env;               // extra names (or prefixes ending in '*') a template's [env] may set, comma-separated
+  std::string socket_ifname;           // NCCL_SOCKET_IFNAME for every task; empty = derive from the topology
+  std::string hca_scope = "rank";      // rank: the task's paired NIC; node: every GPU-facing NIC of the node
+  std::string cpu_bind = "numa";       // numa: bind to the GPU's NUMA domain; none
+  int port_base = 20000;               // MASTER_PORT range start (see docs/topology.md)
+};
+
 // Everything one template describes.
 struct JobConfig {
   JobSpec job;
@@ -109,6 +120,7 @@ struct JobConfig {
   TrainingSpec training;
   DataSpec data;
   CheckpointSpec checkpoint;
+  SiteSpec site;
   std::map<std::string, std::string> env;   // [env]: extra variables (filtered by an allow-list)
 };
 

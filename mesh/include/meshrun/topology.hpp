@@ -43,7 +43,8 @@ struct TopoNic {
   std::string name;       // RDMA device ("mlx5_3")
   std::string pci;        // "0000:40:00.0"
   std::string netdev;     // network interface on the same PCI function ("ibp64s0"), "" if none
-  std::string link;       // "InfiniBand" / "Ethernet" (hwloc's LinkLayer info) or ""
+  std::string link;       // "InfiniBand" / "Ethernet" (from the PCI class) or ""
+  int port_state = -1;    // hwloc's Port1State (IB port state: 4 ACTIVE, 1 DOWN), -1 unknown
   int numa = -1;
   CpuSet cpus;
 };

@@ -1,0 +1,36 @@
+// The batch script `meshrun sbatch` submits: #SBATCH geometry from the resolved layout (one task per GPU),
+// checkpoint signal and requeue, logs that survive requeue, and one srun step that starts every rank through
+// `meshrun exec` (or directly, with --mesh-* options, when the SPANK plugin is installed).
+// A pure function of its inputs, so the golden tests pin it byte for byte.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "launch_common.hpp"
+
+namespace meshrun::launch {
+
+struct BatchOptions {
+  std::string template_path;           // absolute: the job may start in another directory
+  std::vector<std::string> sets;       // "--set" "key=value" pairs the job's commands receive
+  std::vector<std::string> site_options;  // --site FILE / --no-site, for meshrun exec and the trainer
+  std::vector<std::string> command;    // the program per rank; empty = trainer + template + sets
+  std::string meshrun = "meshrun";     // the meshrun binary the job calls
+  std::string trainer = "meshrun-train";
+  bool plugin = false;                 // the meshrun SPANK plugin is installed: pass --mesh-* to Slurm
+  int cpus_per_task = 0;               // 0 = leave Slurm's default
+  std::string output = "%x-%j.out";    // %x job name, %j job id
+  std::vector<std::string> extra;      // more #SBATCH options, verbatim ("--exclusive", "--constraint=h100")
+};
+
+// Requeues the script allows itself after a checkpoint at the time limit (SLURM_RESTART_COUNT counts them).
+inline constexpr int kMaxRequeues = 5;
+
+std::string render_batch_script(const Resolved& r, const BatchOptions& opt);
+
+// The srun line of the step (also used by `meshrun run` inside an allocation): geometry, then the per-rank
+// command. Arguments unquoted; the caller quotes them for a script or passes them to execvp. With the plugin,
+// the --mesh-* options go on the srun line unless the step inherits them (#SBATCH lines of the script).
+std::vector<std::string> srun_command(const Resolved& r, const BatchOptions& opt, bool mesh_options_on_srun = true);
+
+}  // namespace meshrun::launch

@@ -1,0 +1,176 @@
+// meshrun run: launch a template now. Inside a Slurm allocation: one srun step with the layout's geometry.
+// Outside: every rank on this machine under Open MPI's mpirun, each through `meshrun exec`.
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "batch_script.hpp"
+#include "commands.hpp"
+#include "config_flags.hpp"
+#include "slurm_probe.hpp"
+
+extern char** environ;
+
+namespace {
+
+// More local ranks than this is a cluster job, not something to start on one machine.
+constexpr int kMaxLocalRanks = 64;
+
+const char* kRunHelp =
+    "usage: meshrun run TEMPLATE.toml [options] [-- COMMAND ARGS...]\n"
+    "\n"
+    "Launches every rank of the template now, each through `meshrun exec` (rank, GPU, CPU binding, NCCL):\n"
+    "  inside a Slurm allocation (salloc, or a batch script): srun --nodes=N --ntasks-per-node=GPUS\n"
+    "    with the allocation's node count; the SPANK plugin's --mesh-* options replace meshrun exec\n"
+    "    when the plugin is installed;\n"
+    "  outside Slurm: mpirun -np WORLD on this machine (all ranks folded onto this one node;\n"
+    "    --oversubscribe when it has fewer cores than ranks, --allow-run-as-root as root).\n"
+    "COMMAND defaults to the trainer: meshrun-train TEMPLATE (with the same --set overrides).\n"
+    "\n"
+    "options:\n"
+    "  --dry-run              print the launch command and the plan; run nothing\n"
+    "  --plugin auto|yes|no   inside an allocation: use the SPANK plugin (auto: `sbatch --help` decides)\n"
+    "%s"
+    "\n"
+    "examples:\n"
+    "  meshrun run templates/tiny.toml\n"
+    "  meshrun run templates/tiny.toml --set training.steps=5 --dry-run\n"
+    "  salloc -N2 --ntasks-per-node=4 --gpus-per-node=4 meshrun run templates/tiny.toml --nodes 2\n"
+    "  meshrun run templates/tiny.toml -- python -c 'import os; print(os.environ[\"RANK\"])'\n"
+    "\n"
+    "exit status: the launched command's; 2 bad input (one line on stderr); 1 launcher not found\n";
+
+int fail(const std::string& msg, int code = 2) {
+  std::fprintf(stderr, "meshrun run: %s\n", msg.c_str());
+  return code;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  using namespace meshrun;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  ConfigRequest req;
+  launch::BatchOptions opt;
+  bool dry_run = false;
+  std::string plugin_mode = "auto";
+  try {
+    for (size_t i = 0; i < args.size();) {
+      const std::string& a = args[i];
+      if (a == "--help" || a == "-h") {
+        std::printf(kRunHelp, cli::config_flags_help());
+        return 0;
+      }
+      if (a == "--") {
+        opt.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+        if (opt.command.empty()) throw ConfigError("nothing after '--'; give the command each rank runs");
+        break;
+      }
+      if (cli::take_config_flag(args, i, req)) continue;
+      if (a == "--dry-run") { dry_run = true; ++i; continue; }
+      if (a == "--plugin" || a.rfind("--plugin=", 0) == 0) {
+        if (a == "--plugin" && i + 1 >= args.size()) throw ConfigError("--plugin: missing value; use auto, yes or no");
+        plugin_mode = a == "--plugin" ? args[i + 1] : a.substr(9);
+        i += a == "--plugin" ? 2 : 1;
+        if (plugin_mode != "auto" && plugin_mode != "yes" && plugin_mode != "no")
+          throw ConfigError("--plugin " + plugin_mode + ": use auto, yes or no");
+        continue;
+      }
+      if (!a.empty() && a[0] == '-') throw ConfigError("unknown option '" + a + "'; see 'meshrun run --help'");
+      if (!req.template_path.empty())
+        throw ConfigError("more than one template ('" + req.template_path + "' and '" + a + "'); give one");
+      req.template_path = a;
+      ++i;
+    }
+    if (req.template_path.empty())
+      throw ConfigError("missing TEMPLATE.toml; e.g. meshrun run templates/tiny.toml");
+  } catch (const ConfigError& e) {
+    return fail(e.what());
+  }
+
+  auto env = environment_map(environ);
+  req.environment = &env;
+  bool in_allocation = env.count("SLURM_JOB_ID") > 0;
+  // Inside a step every task would start a whole new step of its own.
+  if (auto step = env.find("SLURM_STEP_ID"); step != env.end() && env.count("OMPI_COMM_WORLD_RANK") == 0)
+    return fail("running inside job step " + step->second + " (SLURM_STEP_ID is set): every task would launch " +
+                "all ranks again; call meshrun run from the batch script or the salloc shell, or use " +
+                "`srun meshrun exec -- CMD` per task");
+  std::vector<std::string> argv_out;
+  launch::Resolved r;
+  try {
+    r = launch::resolve(build_config(req));
+    opt.template_path = std::filesystem::absolute(req.template_path).lexically_normal().string();
+    opt.meshrun = launch::self_path();
+    opt.trainer = launch::trainer_path();
+    if (in_allocation) {
+      opt.sets = launch::overrides_as_sets(req);
+      opt.site_options = launch::site_options(req);
+      opt.plugin = plugin_mode == "auto" ? launch::detect_plugin(env).installed : plugin_mode == "yes";
+      if (auto it = env.find("SLURM_CPUS_PER_TASK"); it != env.end()) opt.cpus_per_task = std::atoi(it->second.c_str());
+      argv_out = launch::srun_command(r, opt);
+    } else {
+      // Every rank on this machine: fold the template's nodes into one node of world-size slots.
+      int world = r.layout.world();
+      if (world > kMaxLocalRanks)
+        throw ConfigError("the layout has " + std::to_string(world) + " ranks; meshrun run starts at most " +
+                          std::to_string(kMaxLocalRanks) + " on one machine: use meshrun sbatch, or shrink it "
+                          "(e.g. --nodes 1 --gpus-per-node 4 --mesh-dp auto)");
+      if (r.cluster.nodes != 1) {
+        std::fprintf(stderr, "meshrun run: no Slurm allocation; running the %d ranks of %d nodes × %d on this machine\n",
+                     world, r.cluster.nodes, r.cluster.gpus_per_node);
+        req.flags.push_back({"cluster.nodes", "1", "meshrun run (local)"});
+        req.flags.push_back({"cluster.gpus_per_node", std::to_string(world), "meshrun run (local)"});
+        if (!r.cfg.job.cluster.hostlist.empty()) req.sets.push_back("cluster.hostlist=");
+        r = launch::resolve(build_config(req));
+      }
+      opt.sets = launch::overrides_as_sets(req);
+      opt.site_options = launch::site_options(req);
+      std::vector<std::string> cmd = opt.command;
+      if (cmd.empty()) {
+        cmd = {opt.trainer, opt.template_path};
+        cmd.insert(cmd.end(), opt.site_options.begin(), opt.site_options.end());
+        cmd.insert(cmd.end(), opt.sets.begin(), opt.sets.end());
+      }
+      // mpirun's own binding is off: meshrun exec binds each rank from the node topology.
+      argv_out = {"mpirun", "-np", std::to_string(world), "--bind-to", "none"};
+      if (usable_cores() < world) argv_out.push_back("--oversubscribe");
+      if (::geteuid() == 0) argv_out.push_back("--allow-run-as-root");
+      argv_out.insert(argv_out.end(), {opt.meshrun, "exec", "--template", opt.template_path});
+      argv_out.insert(argv_out.end(), opt.site_options.begin(), opt.site_options.end());
+      argv_out.insert(argv_out.end(), opt.sets.begin(), opt.sets.end());
+      argv_out.push_back("--");
+      argv_out.insert(argv_out.end(), cmd.begin(), cmd.end());
+    }
+  } catch (const ConfigError& e) {
+    return fail(e.what());
+  }
+
+  if (dry_run) {
+    std::printf("%s\n", launch::shell_join(argv_out).c_str());
+    std::fputs(launch::plan_as_comment(r, req.template_path).c_str(), stdout);
+    return 0;
+  }
+  std::fflush(stdout);
+  std::vector<char*> cargv;
+  for (auto& s : argv_out) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+  ::execvp(cargv[0], cargv.data());
+  return fail("cannot run " + argv_out[0] + ": " + std::strerror(errno) +
+                  (in_allocation ? "; is Slurm's srun on $PATH?" : "; install Open MPI (apt-get install openmpi-bin)"),
+              1);
+}

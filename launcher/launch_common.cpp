@@ -1,0 +1,156 @@
+#include "launch_common.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+#include <string_view>
+
+#include "plan_render.hpp"
+
+namespace meshrun::launch {
+namespace {
+
+// Keys each validation check reads, to name their sources when the check fails.
+std::vector<std::string> keys_of_check(const std::string& check) {
+  if (check == "world-size")
+    return {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.dp", "cluster.nodes", "cluster.gpus_per_node",
+            "cluster.hostlist", "cluster.node_type"};
+  if (check == "heads-tp") return {"model.heads", "parallel.tp"};
+  if (check == "kv-heads-tp") return {"model.kv_heads", "parallel.tp"};
+  if (check == "ffn-tp") return {"model.ffn_hidden", "parallel.tp"};
+  if (check == "vocab-tp") return {"model.vocab", "parallel.tp"};
+  if (check == "model-shape") return {"model.hidden", "model.heads", "model.kv_heads"};
+  if (check == "layers-pp") return {"model.layers", "parallel.pp", "parallel.virtual_stages"};
+  if (check == "experts-ep") return {"model.experts", "model.top_k", "parallel.ep"};
+  if (check == "ep-dp-cp") return {"parallel.ep", "parallel.dp", "parallel.cp"};
+  if (check == "seq-cp") return {"training.seq_len", "parallel.cp"};
+  if (check == "seq-sp") return {"training.seq_len", "parallel.cp", "parallel.tp", "parallel.sequence_parallel"};
+  if (check == "tp-nvlink")
+    return {"parallel.tp", "cluster.gpus_per_node", "cluster.node_type", "cluster.nvlink_domain_gpus"};
+  if (check == "batch-dp" || check == "pp-microbatches" || check == "interleaved")
+    return {"training.global_batch_size", "training.micro_batch_size", "parallel.dp", "parallel.pp",
+            "parallel.virtual_stages"};
+  if (check == "hostlist") return {"cluster.hostlist", "cluster.nodes"};
+  if (check == "nvlink-domain") return {"cluster.nvlink_domain_gpus", "cluster.gpus_per_node", "cluster.node_type"};
+  if (check == "node-type") return {"cluster.node_type"};
+  if (check == "order") return {"parallel.order"};
+  if (check == "size" || check == "zero-stage")
+    return {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.dp", "parallel.ep", "parallel.virtual_stages",
+            "parallel.zero_stage"};
+  return {};
+}
+
+std::string sources_of(const Config& cfg, const std::string& check) {
+  std::string out;
+  for (const auto& key : keys_of_check(check)) {
+    auto it = cfg.origins.find(key);
+    if (it == cfg.origins.end()) continue;  // defaults are not a layer worth naming
+    out += (out.empty() ? "" : "; ") + key + "=" + value_text(cfg.job, key) + " from " + it->second.str();
+  }
+  return out.empty() ? "" : " [" + out + "]";
+}
+
+[[noreturn]] void fail(const Config& cfg, const std::vector<Problem>& problems) {
+  const Problem& p = problems.front();
+  std::string more = problems.size() > 1 ? " (+" + std::to_string(problems.size() - 1) +
+                                               " more; `meshrun plan` lists them all)"
+                                         : "";
+  throw ConfigError("invalid layout: " + p.message + sources_of(cfg, p.check) + more);
+}
+
+}  // namespace
+
+std::vector<std::string> overrides_as_sets(const ConfigRequest& r) {
+  std::vector<std::string> out;
+  for (const auto& f : r.flags) out.insert(out.end(), {"--set", f.key + "=" + f.value});
+  for (const auto& s : r.sets) out.insert(out.end(), {"--set", s});
+  return out;
+}
+
+std::vector<std::string> site_options(const ConfigRequest& r) {
+  if (!r.use_site) return {"--no-site"};
+  if (!r.site_path.empty()) return {"--site", std::filesystem::absolute(r.site_path).lexically_normal().string()};
+  return {};
+}
+
+Resolved resolve(const Config& cfg) {
+  Resolved r;
+  r.cfg = cfg;
+  std::vector<Problem> problems;
+  r.cluster = resolve_cluster(cfg.job.cluster, &problems);
+  if (!problems.empty()) fail(cfg, problems);
+  auto layout = resolve_layout(cfg.job.parallel, r.cluster.gpus(), &problems);
+  if (!layout) fail(cfg, problems);
+  r.layout = *layout;
+  problems = validate(cfg.job, r.layout, r.cluster, &r.checks);
+  if (!problems.empty()) fail(cfg, problems);
+  r.warnings = layout_warnings(cfg.job, r.layout, r.cluster);
+  return r;
+}
+
+std::string plan_as_comment(const Resolved& r, const std::string& template_path) {
+  RankMap map(r.layout, r.cluster);
+  cli::PlanView view{r.cfg, map, template_path, r.checks, r.warnings, false, {}, {}};
+  std::ostringstream table;
+  cli::render_plan_table(table, view);
+  std::istringstream lines(table.str());
+  std::string out, line;
+  while (std::getline(lines, line)) out += line.empty() ? "#\n" : "# " + line + "\n";
+  return out;
+}
+
+std::string shell_quote(const std::string& w) {
+  if (w.empty()) return "''";
+  bool safe = true;
+  for (char c : w) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              std::string_view("@%+=:,./-_").find(c) != std::string_view::npos;
+    if (!ok) { safe = false; break; }
+  }
+  if (safe) return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string shell_join(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : " ") + shell_quote(w);
+  return s;
+}
+
+std::string self_path() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("meshrun") : p.string();
+}
+
+std::string trainer_path() {
+  std::string self = self_path();
+  if (self == "meshrun") return "meshrun-train";
+  std::filesystem::path dir = std::filesystem::path(self).parent_path();
+  for (const auto& candidate : {dir / "meshrun-train", dir.parent_path() / "trainer" / "meshrun-train"}) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.lexically_normal().string();
+  }
+  return "meshrun-train";
+}
+
+std::optional<std::string> find_in_path(const std::string& name, const std::map<std::string, std::string>& env) {
+  auto it = env.find("PATH");
+  std::string path = it == env.end() ? "/usr/local/bin:/usr/bin:/bin" : it->second;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t colon = path.find(':', pos);
+    std::string dir = path.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    if (!dir.empty()) {
+      std::string candidate = dir + "/" + name;
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace meshrun::launch

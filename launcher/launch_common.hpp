@@ -1,0 +1,53 @@
+// What `meshrun exec`, `meshrun sbatch` and `meshrun run` share beyond the lead's config_flags.hpp: passing
+// the same overrides on to commands that run inside the job, resolving a Config into a checked layout with
+// the sources of conflicting values, shell quoting, and finding the meshrun and trainer binaries.
+#pragma once
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshrun/config.hpp"
+#include "meshrun/layout.hpp"
+#include "meshrun/rank_map.hpp"
+
+namespace meshrun::launch {
+
+// The flags (--mesh-*, --nodes ...) and --set assignments of a request as "--set" "key=value" argument
+// pairs, lowest priority first, for passing the same configuration to a command that runs later (inside the job).
+std::vector<std::string> overrides_as_sets(const ConfigRequest& request);
+
+// --site FILE / --no-site of a request, passed on to `meshrun exec` and the trainer inside the job.
+std::vector<std::string> site_options(const ConfigRequest& request);
+
+// A configuration with everything the launcher derives from it.
+struct Resolved {
+  Config cfg;
+  Cluster cluster;
+  Layout layout;
+  std::vector<std::string> checks;    // checks run (all passed)
+  std::vector<std::string> warnings;
+};
+// Resolves the cluster and the layout and runs every check. Throws ConfigError with the first problem on
+// one line, followed by the source of each value it involves ("[parallel.tp=8 from template t.toml:3:6; ...]")
+// so a conflict between layers names both layers.
+Resolved resolve(const Config& cfg);
+
+// The dry-run report (`meshrun plan`'s table: values with sources, rank map summary, groups, warnings), each
+// line commented with "# " so that it can follow a script without changing what the script does.
+std::string plan_as_comment(const Resolved& r, const std::string& template_path);
+
+// Single-quotes a word for a POSIX shell unless it is plainly safe ("a-b/c.toml" stays as is).
+std::string shell_quote(const std::string& word);
+std::string shell_join(const std::vector<std::string>& words);
+
+// Absolute path of the running meshrun binary (/proc/self/exe), "meshrun" when unknown.
+std::string self_path();
+// The trainer: `meshrun-train` next to this binary (install tree), in ../trainer (build tree), else the bare
+// name for $PATH.
+std::string trainer_path();
+// First directory of $PATH (from `env`) holding an executable `name`; nullopt when none does.
+std::optional<std::string> find_in_path(const std::string& name, const std::map<std::string, std::string>& env);
+
+}  // namespace meshrun::launch

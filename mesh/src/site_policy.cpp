@@ -1,0 +1,30 @@
+#include "meshrun/site_policy.hpp"
+
+namespace meshrun {
+
+EnvInputs env_inputs(const Config& cfg) {
+  EnvInputs in;
+  const SiteSpec& site = cfg.job.site;
+  in.policy.nccl = site.nccl == "off" ? EnvPolicy::Nccl::off : EnvPolicy::Nccl::automatic;
+  in.policy.hca_scope = site.hca_scope == "node" ? EnvPolicy::HcaScope::node : EnvPolicy::HcaScope::rank;
+  in.policy.cpu_bind = site.cpu_bind == "none" ? EnvPolicy::CpuBind::none : EnvPolicy::CpuBind::numa;
+  in.policy.socket_ifname = site.socket_ifname;
+  in.policy.port_base = site.port_base;
+  std::string item;
+  for (char c : site.allow_env + ",") {
+    if (c == ',' || c == ' ') {
+      if (!item.empty()) in.policy.allow.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  // The site file's [env] is the site's own (trusted); everything else is the job's.
+  for (const auto& [name, value] : cfg.job.env) {
+    if (cfg.origin_of("env." + name).kind == SourceKind::site) in.policy.site_env[name] = value;
+    else in.user_env[name] = value;
+  }
+  return in;
+}
+
+}  // namespace meshrun

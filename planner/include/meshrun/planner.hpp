@@ -1,0 +1,126 @@
+// meshrun's planner: memory and step-time estimates for a layout, and a search over layouts.
+// Pure functions of a JobConfig; `meshrun plan --estimate / --search` print them (launcher/cmd_plan.cpp).
+// The cost model and all its constants are documented in docs/planner.md.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "meshrun/job.hpp"
+#include "meshrun/layout.hpp"
+#include "meshrun/planner_catalogue.hpp"
+#include "meshrun/planner_model.hpp"
+#include "meshrun/rank_map.hpp"
+
+namespace meshrun::planner {
+
+enum class Schedule { gpipe, one_f_one_b, interleaved, zero_bubble };
+std::optional<Schedule> parse_schedule(std::string_view name);  // "gpipe" | "1f1b" | "interleaved" | "zb"
+const char* schedule_name(Schedule s);
+
+// Bytes per GPU on the pipeline stage that needs the most.
+struct MemoryParts {
+  double params = 0;        // model weights held (param_dtype), after ZeRO-3 sharding
+  double grads = 0;         // gradients (grad_dtype), after ZeRO-2 sharding
+  double optimizer = 0;     // fp32 master weights + Adam m, v (optim_dtype), after ZeRO-1 sharding
+  double activations = 0;   // saved for backward, all micro-batches in flight
+  double logits = 0;        // output-head logits and their gradient (last stage)
+  double comm_buffers = 0;  // gathered TP/CP/ZeRO-3 tensors, P2P and all-to-all buffers
+  double reserve = 0;       // CUDA context, NCCL, allocator fragmentation (constant)
+  double total() const { return params + grads + optimizer + activations + logits + comm_buffers + reserve; }
+};
+
+// Seconds per optimizer step on the slowest pipeline stage; they add up to the step time.
+struct TimeParts {
+  double compute = 0;    // forward + backward matmuls and attention, all micro-batches
+  double recompute = 0;  // extra forward work of full recomputation
+  double tp_comm = 0;    // TP/SP collectives (on the critical path)
+  double cp_comm = 0;    // CP K/V all-gather and gradient reduce-scatter (on the critical path)
+  double ep_comm = 0;    // EP all-to-all dispatch and combine (on the critical path)
+  double pp_bubble = 0;  // pipeline fill and drain, including the P2P hops
+  double dp_comm = 0;    // the part of DP/ZeRO traffic that backward/forward compute does not hide
+  double optimizer = 0;  // optimizer step (HBM-bound)
+  double step() const { return compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + dp_comm + optimizer; }
+};
+
+// Link each axis's groups use (slowest link inside one group).
+struct AxisLinks {
+  Link tp = Link::self, cp = Link::self, pp = Link::self;
+  Link dp = Link::self;   // the dp·cp gradient-reduction group (CP ranks share weights)
+  Link ep = Link::self;
+  Link edp = Link::self;  // ranks holding the same experts (expert gradient reduction)
+};
+
+struct Estimate {
+  Layout layout;                 // resolved sizes, order, virtual stages, ZeRO stage, sequence parallelism
+  int micro_batch_size = 1;
+  int micro_batches = 1;         // per step per data-parallel rank
+  Schedule schedule = Schedule::one_f_one_b;
+  Recompute recompute = Recompute::none;
+  int seq_len = 0;
+  int global_batch_size = 0;
+  Hardware hardware;
+  AxisLinks links;
+  int first_stage_layers = 0, last_stage_layers = 0;
+  int64_t params_total = 0;
+
+  MemoryParts memory;            // of the stage named below
+  std::string memory_stage;      // "first" or "last" pipeline stage
+  double memory_capacity_gib = 0;
+  bool fits = true;
+  std::string overflow;          // empty when it fits; else the overflowing part and by how much
+
+  TimeParts time;
+  double step_time_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double tflops_per_gpu = 0;     // model FLOPs (no recomputation) per second per GPU
+  double mfu = 0;                // tflops_per_gpu / bf16 peak
+  double model_flops_per_step = 0;
+};
+
+// Estimate for the layout the config names. Throws meshrun::ConfigError (one line: problem; fix) when the
+// layout is invalid (mesh validator), a dtype or recompute/schedule name is unknown, or the GPU is unknown.
+Estimate estimate(const JobConfig& cfg);
+
+// Why candidates were dropped. The first five are decided per mesh shape (tp, cp, pp, dp), the rest per
+// setting. Virtual-stage counts that cannot split the layers are not enumerated.
+enum class Drop {
+  heads_tp,        // tp does not divide heads, kv_heads, ffn_hidden or vocab
+  tp_nvlink,       // tp does not fit the NVLink domain / node
+  seq_cp,          // seq_len not divisible by 2·cp
+  batch_dp,        // global batch not divisible by dp
+  layers_pp,       // layers cannot be split over pp · virtual stages
+  microbatches,    // fewer micro-batches than pipeline stages, or not a multiple of pp when interleaved
+  memory,          // does not fit in GPU memory
+  validator,       // rejected by mesh's validate() (should stay 0: the search mirrors its rules)
+  count_
+};
+inline constexpr int kDropReasons = static_cast<int>(Drop::count_);
+const char* drop_reason(Drop d);
+
+struct SearchResult {
+  std::vector<Estimate> top;      // fastest first; one entry per mesh shape (tp, cp, pp, dp, ep), its best setting
+  int world = 0;
+  int64_t meshes = 0;             // (tp, cp, pp, dp, ep) shapes that pass the shape rules
+  int64_t settings = 0;           // full settings (shape × schedule/virtual stages × micro-batch × ZeRO × recompute)
+  int64_t feasible = 0;           // settings that are valid and fit
+  int64_t feasible_meshes = 0;    // shapes with at least one feasible setting
+  std::array<int64_t, kDropReasons> dropped_meshes{};    // shapes dropped, by reason
+  std::array<int64_t, kDropReasons> dropped_settings{};  // settings of enumerated shapes dropped, by reason
+  double elapsed_s = 0;
+};
+
+// Every valid (tp, cp, pp, dp, ep, virtual stages, micro-batch size, ZeRO stage, recomputation) for the
+// config's model, cluster, sequence length and global batch; ranked by estimated step time.
+// The config's own parallel section is ignored except for `order`. Throws ConfigError like estimate().
+SearchResult search(const JobConfig& cfg, int top_n);
+
+// Renderers: a human table and the JSON object text ("estimate" / "search" values).
+void print_estimate_table(std::ostream& os, const Estimate& e);
+std::string estimate_json(const Estimate& e);
+void print_search_table(std::ostream& os, const SearchResult& r);
+std::string search_json(const SearchResult& r);
+
+}  // namespace meshrun::planner

@@ -1,0 +1,61 @@
+// Performance catalogue of GPU models and the constants of the planner's cost model.
+// Placement facts (GPUs per node, NVLink domain, NIC count) belong to mesh's node types; the figures here
+// are what the estimate needs: dense bf16 peak, memory, link bandwidths. Every value can be overridden in the
+// template's [cluster] section (gpu, gpu_memory_gib, gpu_bf16_tflops, nvlink_gbps, nics_per_node, nic_gbps).
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshrun/job.hpp"
+
+namespace meshrun::planner {
+
+struct GpuPerf {
+  std::string name;        // catalogue key, e.g. "h100-sxm"
+  double bf16_tflops;      // dense bf16 tensor-core peak, TFLOP/s
+  double memory_gib;       // HBM capacity as the driver reports it, GiB
+  double hbm_tbps;         // HBM bandwidth, TB/s
+  double nvlink_gbps;      // NVLink bandwidth per GPU per direction, GB/s
+  double pcie_gbps;        // host link per direction, GB/s (used for intra-node traffic without NVLink)
+  double nic_gbps;         // typical scale-out NIC speed, Gbit/s
+  int nics_per_gpu;        // typical NICs per GPU on the vendor's reference node
+  std::string source;      // where the figures come from
+};
+const std::vector<GpuPerf>& gpu_catalogue();
+const GpuPerf* find_gpu(std::string_view name);
+
+// The cost model's constants. The same for every model: nothing here is tuned per model.
+struct CostConstants {
+  double matmul_efficiency = 0.0;     // fraction of bf16 peak that large GEMMs reach
+  double attention_efficiency = 0.0;  // fraction of bf16 peak that fused (flash) attention reaches, fwd+bwd
+  double gemm_half_size = 0.0;        // GEMM dimension at which efficiency halves: η·n/(n + n½)
+  double network_efficiency = 0.0;    // fraction of link bandwidth NCCL collectives achieve (NVLink and NICs)
+  double overlap_cost = 0.0;          // compute slowdown per second of communication hidden behind it (the
+                                      // communication kernels occupy SMs and HBM bandwidth)
+  double collective_latency_s = 0.0;  // start-up time of one NCCL collective or point-to-point transfer
+  double reserve_gib = 0.0;           // per GPU: CUDA context, NCCL buffers, allocator fragmentation
+};
+const CostConstants& cost_constants();
+
+// The hardware an estimate runs on, after catalogue lookup and [cluster] overrides.
+struct Hardware {
+  std::string gpu;
+  double bf16_tflops = 0;
+  double memory_gib = 0;
+  double hbm_tbps = 0;
+  double nvlink_gbps = 0;      // per GPU per direction
+  double pcie_gbps = 0;
+  double nic_gbps_per_gpu = 0; // scale-out bandwidth per GPU, GB/s (bytes!), = nics·Gbit/s / 8 / gpus_per_node
+  int nics_per_node = 0;
+  double nic_gbit = 0;         // per NIC
+  int gpus_per_node = 0;
+  int nvlink_domain_gpus = 1;
+};
+
+// Resolves cluster.gpu (else the node type's GPU) in the catalogue and applies the overrides.
+// Throws meshrun::ConfigError with one actionable line when the GPU is unknown.
+Hardware resolve_hardware(const ClusterSpec& spec, int gpus_per_node, int nvlink_domain_gpus,
+                          std::string_view node_type_gpu, int node_type_nics);
+
+}  // namespace meshrun::planner

@@ -1,0 +1,98 @@
+// GPU performance figures (vendor data sheets) and the cost model's constants.
+#include <cmath>
+#include <string>
+
+#include "meshrun/config.hpp"
+#include "meshrun/planner_catalogue.hpp"
+
+namespace meshrun::planner {
+
+const std::vector<GpuPerf>& gpu_catalogue() {
+  // Memory is what the driver reports (nvidia-smi MiB / 1024) where known; the vendors' "GB" for HBM
+  // matches it closely (H100 80 GB -> 81,559 MiB). NVLink is per direction (half the bidirectional figure).
+  static const std::vector<GpuPerf> gpus = {
+      {"a100-80gb", 312, 80.0, 2.039, 300, 32, 200, 1,
+       "A100 SXM4 80GB data sheet; NVLink3 600 GB/s bidirectional; DGX A100 ConnectX-6 HDR 200G per GPU"},
+      {"h100-sxm", 989, 79.6, 3.35, 450, 64, 400, 1,
+       "H100 SXM5 data sheet (989 TFLOP/s dense bf16); NVLink4 900 GB/s bidirectional; DGX H100 CX-7 400G per GPU"},
+      {"h200", 989, 140.4, 4.8, 450, 64, 400, 1,
+       "H200 SXM data sheet (141 GB HBM3e, 4.8 TB/s); same compute and NVLink as H100; DGX H200 CX-7 400G per GPU"},
+      {"b200", 2250, 179, 8.0, 900, 64, 400, 1,
+       "HGX/DGX B200 data sheet (2.25 PFLOP/s dense bf16, 180 GB); NVLink5 1.8 TB/s bidirectional; CX-7 400G per GPU"},
+      {"gb200", 2500, 185, 8.0, 900, 64, 400, 1,
+       "GB200 NVL72 data sheet (2.5 PFLOP/s dense bf16, 186 GB per GPU); NVLink5 1.8 TB/s; 4x CX-7 400G per tray"},
+  };
+  return gpus;
+}
+
+const GpuPerf* find_gpu(std::string_view name) {
+  for (const auto& g : gpu_catalogue())
+    if (g.name == name) return &g;
+  return nullptr;
+}
+
+const CostConstants& cost_constants() {
+  // One set for every model and GPU. Calibrated once against Llama 3 405B (paper Table 4) and checked,
+  // unchanged, against other public runs (docs/planner.md, "Plausibility").
+  static const CostConstants c{
+      /*matmul_efficiency=*/0.70,
+      /*attention_efficiency=*/0.50,
+      /*gemm_half_size=*/128,
+      /*network_efficiency=*/0.80,
+      /*overlap_cost=*/0.15,
+      /*collective_latency_s=*/20e-6,
+      /*reserve_gib=*/4.0,
+  };
+  return c;
+}
+
+namespace {
+std::string catalogue_names() {
+  std::string s;
+  for (const auto& g : gpu_catalogue()) s += (s.empty() ? "" : ", ") + g.name;
+  return s;
+}
+}  // namespace
+
+Hardware resolve_hardware(const ClusterSpec& spec, int gpus_per_node, int nvlink_domain_gpus,
+                          std::string_view node_type_gpu, int node_type_nics) {
+  std::string key = !spec.gpu.empty() ? spec.gpu : std::string(node_type_gpu);
+  const GpuPerf* g = find_gpu(key);
+  Hardware hw;
+  if (g) {
+    hw.gpu = g->name;
+    hw.bf16_tflops = g->bf16_tflops;
+    hw.memory_gib = g->memory_gib;
+    hw.hbm_tbps = g->hbm_tbps;
+    hw.nvlink_gbps = g->nvlink_gbps;
+    hw.pcie_gbps = g->pcie_gbps;
+    hw.nic_gbit = g->nic_gbps;
+    hw.nics_per_node = g->nics_per_gpu * gpus_per_node;
+  } else {
+    // Without a catalogue entry every figure must come from the template.
+    bool complete = spec.gpu_bf16_tflops > 0 && spec.gpu_memory_gib > 0 && spec.nic_gbps > 0;
+    if (!complete) {
+      const std::string what = spec.gpu.empty()
+                                   ? "cluster.node_type '" + spec.node_type + "' names no GPU model the planner knows"
+                                   : "cluster.gpu '" + key + "' is not in the planner's catalogue";
+      throw ConfigError(what + "; set cluster.gpu to one of " + catalogue_names() +
+                        ", or give cluster.gpu_bf16_tflops, gpu_memory_gib and nic_gbps");
+    }
+    hw.gpu = key.empty() ? "custom" : key;
+    hw.hbm_tbps = 2.0;  // only the optimizer step reads it; a conservative HBM figure
+    hw.pcie_gbps = 32;
+  }
+  if (node_type_nics > 0) hw.nics_per_node = node_type_nics;
+  if (spec.gpu_bf16_tflops > 0) hw.bf16_tflops = spec.gpu_bf16_tflops;
+  if (spec.gpu_memory_gib > 0) hw.memory_gib = spec.gpu_memory_gib;
+  if (spec.nvlink_gbps > 0) hw.nvlink_gbps = spec.nvlink_gbps;
+  if (spec.nics_per_node > 0) hw.nics_per_node = spec.nics_per_node;
+  if (spec.nic_gbps > 0) hw.nic_gbit = spec.nic_gbps;
+  if (hw.nics_per_node <= 0) hw.nics_per_node = gpus_per_node;
+  hw.gpus_per_node = gpus_per_node;
+  hw.nvlink_domain_gpus = std::max(1, nvlink_domain_gpus);
+  hw.nic_gbps_per_gpu = hw.nics_per_node * hw.nic_gbit / 8.0 / std::max(1, gpus_per_node);
+  return hw;
+}
+
+}  // namespace meshrun::planner

@@ -1,0 +1,90 @@
+// The cost model behind estimate() and search(): memory and step time of one complete setting.
+// Internal to the planner; docs/planner.md lists every equation.
+#pragma once
+#include <optional>
+
+#include "meshrun/planner.hpp"
+
+namespace meshrun::planner::detail {
+
+// A complete setting: mesh shape plus the knobs the search varies.
+struct Setting {
+  int tp = 1, cp = 1, pp = 1, dp = 1, ep = 1;
+  int virtual_stages = 1;
+  Schedule schedule = Schedule::one_f_one_b;
+  int micro_batch = 1;
+  int zero = 0;
+  Recompute recompute = Recompute::none;
+  bool sp = false;
+};
+
+// Layers held by the first, the last and the most loaded pipeline rank (chunks r, r+pp, ... on rank r).
+struct StageLayers {
+  int first = 0, last = 0, max = 0;
+};
+std::optional<StageLayers> stage_layers(int layers, int pp, int virtual_stages);
+
+// Slowest link of every axis's group for a layout placed on a cluster (Slurm block placement).
+AxisLinks axis_links(const Layout& layout, const Cluster& cluster);
+
+// One layer and one micro-batch on one GPU, forward direction (backward: 2× compute, same traffic).
+struct LayerCost {
+  double fwd = 0;        // matmuls, attention and elementwise kernels
+  double selective = 0;  // extra work of selective recomputation (per layer, in the backward pass)
+  double tp = 0, cp = 0, ep = 0;  // exposed collectives, latency included
+  double head = 0;       // output projection (last stage)
+  double p2p = 0;        // one pipeline transfer of this micro-batch's activations
+};
+
+struct Cost {
+  MemoryParts memory;
+  bool last_stage = false;  // the memory above is the last stage's
+  TimeParts time;
+};
+
+// Everything fixed for one config: model arithmetic, hardware, dtypes, batch.
+class CostModel {
+ public:
+  CostModel(const JobConfig& cfg, const Hardware& hw);  // throws ConfigError on an unknown dtype
+  double capacity_bytes() const { return capacity_; }
+  int64_t params_total() const { return params_total_; }
+  double model_flops_per_step() const { return model_flops_step_; }
+  // Memory of the worse of the first and last stage.
+  void memory(const Setting& s, const StageLayers& l, Cost* out) const;
+  void time(const Setting& s, const StageLayers& l, const AxisLinks& links, Cost* out) const;
+
+ private:
+  MemoryParts stage_memory(const Setting& s, int layers, int rank) const;
+  LayerCost layer_cost(const Setting& s, const AxisLinks& links) const;
+  double bandwidth(Link link) const;  // bytes/s achieved by collectives
+
+  const ModelSpec& m_;
+  Hardware hw_;
+  CostConstants k_;
+  int64_t seq_;
+  int global_batch_;
+  int pb_, gb_, ob_;        // bytes: parameters, gradients, optimizer state
+  int act_ = 2;             // activation bytes (bf16)
+  ParamCount p_;
+  int64_t params_total_;
+  double capacity_;
+  double model_flops_step_;
+};
+
+}  // namespace meshrun::planner::detail
+
+namespace meshrun::planner::detail {
+
+// The config resolved once: cluster, hardware, schedule and recompute names checked.
+struct Resolved {
+  Cluster cluster;
+  Hardware hardware;
+};
+Resolved resolve(const JobConfig& cfg);  // throws ConfigError
+
+// Builds the public Estimate from a costed setting.
+Estimate make_estimate(const JobConfig& cfg, const Layout& layout, const Setting& s, const Hardware& hw,
+                       const AxisLinks& links, const StageLayers& layers, const Cost& cost,
+                       const CostModel& model);
+
+}  // namespace meshrun::planner::detail

@@ -1,0 +1,142 @@
+// Step time of one setting (docs/planner.md, "Step time").
+#include <algorithm>
+
+#include "cost.hpp"
+
+namespace meshrun::planner::detail {
+namespace {
+// GEMM efficiency falls for thin matrices: η · n / (n + n½), n the smallest GEMM dimension.
+double gemm_factor(double n, double half) { return n / (n + half); }
+}  // namespace
+
+LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const {
+  const double peak = hw_.bf16_tflops * 1e12;
+  const double t = s.tp, sp_div = s.sp ? t : 1.0;
+  const double tokens = double(seq_) / s.cp * s.micro_batch;
+  const bool moe = m_.experts > 0;
+
+  // One layer, one micro-batch, forward. Matmuls at a shape-dependent share of peak, attention at its own.
+  const double q_dim = double(m_.heads) * m_.head_dim();
+  const double moe_ffn = m_.moe_ffn_hidden > 0 ? m_.moe_ffn_hidden : m_.ffn_hidden;
+  const double n_dense = std::min({tokens, q_dim / t, double(m_.hidden)});
+  double mm_time;
+  if (moe) {
+    const double tokens_per_expert = tokens * m_.top_k * s.ep / m_.experts;  // balanced routing
+    const double n_exp = std::min({tokens_per_expert, moe_ffn / t, double(m_.hidden)});
+    const double dense_flops = tokens * 2.0 * (p_.attention + p_.router) / t;
+    const double expert_flops = tokens * 2.0 * m_.top_k * p_.expert / t;
+    mm_time = dense_flops / (peak * k_.matmul_efficiency * gemm_factor(n_dense, k_.gemm_half_size)) +
+              expert_flops / (peak * k_.matmul_efficiency * gemm_factor(n_exp, k_.gemm_half_size));
+  } else {
+    const double n = std::min(n_dense, double(m_.ffn_hidden) / t);
+    mm_time = tokens * fwd_matmul_flops_per_token_layer(m_) / t /
+              (peak * k_.matmul_efficiency * gemm_factor(n, k_.gemm_half_size));
+  }
+  const double attn_time =
+      tokens * fwd_attention_flops_per_token_layer(m_, seq_) / t / (peak * k_.attention_efficiency);
+  // Memory-bound elementwise kernels, bytes per token: two RMSNorms (read + write h), RoPE on Q and K,
+  // the activation function (read 2F, write F; GeLU read F, write F), two residual adds (read 2h, write h).
+  const double f_act = moe ? m_.top_k * moe_ffn : double(m_.ffn_hidden);
+  const double kv_dim = double(m_.kv_heads) * m_.head_dim();
+  const double act_fn = (m_.mlp == "gelu" ? 2.0 : 3.0) * f_act;
+  const double elementwise_bytes = act_ * (4.0 * m_.hidden + 2.0 * (q_dim + kv_dim) + act_fn + 6.0 * m_.hidden);
+  const double elementwise_time = tokens * elementwise_bytes / t / (hw_.hbm_tbps * 1e12);
+  // Selective recomputation re-runs the two norms and the activation function in the backward pass.
+  LayerCost c;
+  if (s.recompute == Recompute::selective)
+    c.selective = tokens * act_ * (4.0 * m_.hidden + act_fn) / t / (hw_.hbm_tbps * 1e12);
+  c.fwd = mm_time + attn_time + elementwise_time;
+
+  // Exposed collectives per layer per micro-batch and direction (backward moves the same volume), each
+  // with its start-up latency.
+  const double lat = k_.collective_latency_s;
+  c.tp = s.tp > 1 ? 4.0 * ((t - 1) / t * tokens * m_.hidden * act_ / bandwidth(links.tp) + lat) : 0.0;
+  const double kv_bytes = double(seq_) * s.micro_batch * 2.0 * m_.kv_heads * m_.head_dim() / t * act_;
+  c.cp = s.cp > 1 ? double(s.cp - 1) / s.cp * kv_bytes / bandwidth(links.cp) + lat : 0.0;
+  const double a2a_bytes = tokens * m_.top_k * m_.hidden * act_ / sp_div;  // dispatch or combine
+  c.ep = (moe && s.ep > 1) ? 2.0 * (double(s.ep - 1) / s.ep * a2a_bytes / bandwidth(links.ep) + lat) : 0.0;
+  const double head_n = std::min(tokens, double(m_.hidden));
+  c.head = tokens * fwd_head_flops_per_token(m_) / t /
+           (peak * k_.matmul_efficiency * gemm_factor(head_n, k_.gemm_half_size));
+  c.p2p = tokens * m_.hidden * act_ / sp_div / bandwidth(links.pp) + lat;
+  return c;
+}
+
+void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& links, Cost* out) const {
+  const LayerCost c = layer_cost(s, links);
+  const int micro = global_batch_ / (s.dp * s.micro_batch);
+  const bool moe = m_.experts > 0;
+  const double t = s.tp, lat = k_.collective_latency_s;
+  const double again = s.recompute == Recompute::full ? 1.0 : 0.0;  // full recompute re-runs the forward
+
+  // The slowest rank per micro-batch: most layers, or the last rank's layers plus the output head.
+  auto per_mb = [&](int layers, bool with_head) {
+    TimeParts p;
+    p.compute = layers * 3 * c.fwd + (with_head ? 3 * c.head : 0);
+    p.recompute = layers * (again * c.fwd + c.selective);
+    p.tp_comm = layers * (2 + again) * c.tp;
+    p.cp_comm = layers * (2 + again) * c.cp;
+    p.ep_comm = layers * (2 + again) * c.ep;
+    return p;
+  };
+  TimeParts mb = per_mb(l.max, false);
+  TimeParts last = per_mb(l.last, true);
+  if (last.step() > mb.step()) mb = last;
+  const double t_mb = mb.step();
+  // Compute windows of one micro-batch on this stage; recomputation runs inside the backward pass.
+  const double t_f_stage = mb.compute / 3, t_b_stage = 2 * mb.compute / 3 + mb.recompute;
+
+  TimeParts step;
+  step.compute = micro * mb.compute;
+  step.recompute = micro * mb.recompute;
+  step.tp_comm = micro * mb.tp_comm;
+  step.cp_comm = micro * mb.cp_comm;
+  step.ep_comm = micro * mb.ep_comm;
+  if (s.pp > 1) {
+    double bubble = (s.pp - 1) * t_mb;  // GPipe, 1F1B
+    if (s.schedule == Schedule::interleaved) bubble /= s.virtual_stages;
+    if (s.schedule == Schedule::zero_bubble) bubble /= 3;  // ZB-H1 with t_F = t_B = t_W
+    step.pp_bubble = bubble + 2.0 * (s.pp - 1) * c.p2p;  // fill and drain hops
+    // Steady state: each chunk receives activations and sends gradients per micro-batch, overlapped.
+    step.pp_bubble += k_.overlap_cost * micro * 2.0 * s.virtual_stages * c.p2p;
+  }
+
+  // Data parallelism: collectives over dp·cp (dense) and the expert-data group, hidden behind the first
+  // micro-batch's forward (parameter all-gather) and the last one's backward (gradient reduce-scatter).
+  // The rank with the most weights: a full middle stage, or an end stage with the embedding / head.
+  const double layer_params = p_.attention / t + p_.norms + (moe ? double(p_.router) : p_.mlp / t);
+  const double end_params = double(p_.head > 0 ? p_.head : p_.embedding) / t;
+  const int layers_dp = s.pp == 1 ? l.max : std::max({l.max, l.first, l.last});
+  const double dense_params =
+      s.pp == 1 ? l.max * layer_params + double(p_.embedding + p_.head) / t
+                : std::max(l.max * layer_params, std::max(l.first, l.last) * layer_params + end_params);
+  const double expert_params = moe ? layers_dp * (double(m_.experts) / s.ep) * p_.expert / t : 0.0;
+  // A transfer of `comm` seconds behind a compute window: the excess is exposed, the hidden part slows
+  // compute by overlap_cost.
+  auto behind = [&](double comm, double window) {
+    const double hidden = std::min(comm, window);
+    return comm - hidden + k_.overlap_cost * hidden;
+  };
+  auto dp_exposed = [&](double params, double n, Link link) {
+    if (n <= 1 || params <= 0) return 0.0;
+    const double bw = bandwidth(link), share = (n - 1) / n;
+    const double calls = layers_dp * lat;  // collectives are issued per layer (bucket)
+    const double ag = params * pb_ * share / bw + calls, rs = params * gb_ * share / bw + calls;
+    switch (s.zero) {
+      case 0: return behind(2 * rs, t_b_stage);
+      case 1: return behind(rs, t_b_stage) + behind(ag, t_f_stage);
+      case 2: return micro * behind(rs, t_b_stage) + behind(ag, t_f_stage);
+      default: return micro * (behind(ag, t_f_stage) + behind(ag + rs, t_b_stage));
+    }
+  };
+  const double n_dp = double(s.dp) * s.cp;
+  step.dp_comm = dp_exposed(dense_params, n_dp, links.dp) + dp_exposed(expert_params, n_dp / s.ep, links.edp);
+
+  // Optimizer step: read and write parameters, gradients and optimizer state of the local shard.
+  const double shard = s.zero >= 1 ? n_dp : 1.0;
+  const double state_bytes = (dense_params + expert_params) / shard * (pb_ + gb_ + ob_ * (2.0 + (pb_ != ob_)));
+  step.optimizer = 2 * state_bytes / (hw_.hbm_tbps * 1e12);
+  out->time = step;
+}
+
+}  // namespace meshrun::planner::detail

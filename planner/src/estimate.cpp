@@ -1,0 +1,154 @@
+// estimate(): the configured layout, validated by mesh, costed by the planner's model.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "cost.hpp"
+#include "meshrun/config.hpp"
+
+namespace meshrun::planner {
+
+std::optional<Schedule> parse_schedule(std::string_view name) {
+  if (name == "gpipe") return Schedule::gpipe;
+  if (name == "1f1b") return Schedule::one_f_one_b;
+  if (name == "interleaved") return Schedule::interleaved;
+  if (name == "zb") return Schedule::zero_bubble;
+  return std::nullopt;
+}
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::gpipe: return "gpipe";
+    case Schedule::one_f_one_b: return "1f1b";
+    case Schedule::interleaved: return "interleaved";
+    case Schedule::zero_bubble: return "zb";
+  }
+  return "?";
+}
+
+namespace detail {
+
+Resolved resolve(const JobConfig& cfg) {
+  std::vector<Problem> problems;
+  Resolved r{resolve_cluster(cfg.cluster, &problems), {}};
+  if (!problems.empty()) throw ConfigError(problems.front().message);
+  r.hardware = resolve_hardware(cfg.cluster, r.cluster.gpus_per_node, r.cluster.nvlink_domain_gpus, r.cluster.type.gpu,
+                                r.cluster.type.nics_per_node);
+  if (!parse_recompute(cfg.training.recompute))
+    throw ConfigError("training.recompute = \"" + cfg.training.recompute +
+                      "\" is not known; use \"none\", \"selective\" or \"full\"");
+  if (!parse_schedule(cfg.parallel.pipeline_schedule))
+    throw ConfigError("parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +
+                      "\" is not known; use \"gpipe\", \"1f1b\", \"interleaved\" or \"zb\"");
+  return r;
+}
+
+namespace {
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1 << 30));
+  return buf;
+}
+
+std::string overflow_text(const MemoryParts& m, double capacity) {
+  struct Part { const char* name; double bytes; const char* fix; };
+  const Part parts[] = {
+      {"parameters", m.params, "raise zero_stage to 3 or add pp/tp"},
+      {"gradients", m.grads, "raise zero_stage to 2 or add pp/tp"},
+      {"optimizer state", m.optimizer, "raise zero_stage (1 shards it over dp·cp) or add pp/tp"},
+      {"activations", m.activations, "set training.recompute = \"selective\" or \"full\", lower micro_batch_size, "
+                                     "or add tp/cp/pp"},
+      {"logits", m.logits, "lower micro_batch_size or add tp"},
+      {"communication buffers", m.comm_buffers, "lower micro_batch_size or zero_stage"},
+  };
+  const Part* big = &parts[0];
+  for (const Part& p : parts)
+    if (p.bytes > big->bytes) big = &p;
+  return std::string(big->name) + " (" + gib(big->bytes) + ") push the total to " + gib(m.total()) + ", over the " +
+         gib(capacity) + " of the GPU by " + gib(m.total() - capacity) + "; " + big->fix;
+}
+}  // namespace
+
+Estimate make_estimate(const JobConfig& cfg, const Layout& layout, const Setting& s, const Hardware& hw,
+                       const AxisLinks& links, const StageLayers& layers, const Cost& cost,
+                       const CostModel& model) {
+  Estimate e;
+  e.layout = layout;
+  e.layout.tp = s.tp;
+  e.layout.cp = s.cp;
+  e.layout.pp = s.pp;
+  e.layout.dp = s.dp;
+  e.layout.ep = s.ep;
+  e.layout.virtual_stages = s.virtual_stages;
+  e.layout.zero_stage = s.zero;
+  e.layout.sequence_parallel = s.sp;
+  e.micro_batch_size = s.micro_batch;
+  e.micro_batches = cfg.training.global_batch_size / (s.dp * s.micro_batch);
+  e.schedule = s.schedule;
+  e.recompute = s.recompute;
+  e.seq_len = cfg.training.seq_len;
+  e.global_batch_size = cfg.training.global_batch_size;
+  e.hardware = hw;
+  e.links = links;
+  e.first_stage_layers = layers.first;
+  e.last_stage_layers = layers.last;
+  e.params_total = model.params_total();
+
+  e.memory = cost.memory;
+  e.memory_stage = cost.last_stage ? "last" : "first";
+  e.memory_capacity_gib = hw.memory_gib;
+  e.fits = cost.memory.total() <= model.capacity_bytes();
+  if (!e.fits) e.overflow = overflow_text(cost.memory, model.capacity_bytes());
+
+  e.time = cost.time;
+  e.step_time_s = cost.time.step();
+  const double world = double(s.tp) * s.cp * s.pp * s.dp;
+  const double tokens = double(cfg.training.seq_len) * cfg.training.global_batch_size;
+  e.tokens_per_s_per_gpu = tokens / e.step_time_s / world;
+  e.model_flops_per_step = model.model_flops_per_step();
+  e.tflops_per_gpu = e.model_flops_per_step / e.step_time_s / world / 1e12;
+  e.mfu = e.tflops_per_gpu / hw.bf16_tflops;
+  return e;
+}
+
+}  // namespace detail
+
+Estimate estimate(const JobConfig& cfg) {
+  using namespace detail;
+  Resolved r = resolve(cfg);
+  std::vector<Problem> problems;
+  auto layout = resolve_layout(cfg.parallel, r.cluster.gpus(), &problems);
+  if (!layout) throw ConfigError(problems.front().message);
+  problems = validate(cfg, *layout, r.cluster);
+  if (!problems.empty()) throw ConfigError(problems.front().message);
+
+  Setting s;
+  s.tp = layout->tp;
+  s.cp = layout->cp;
+  s.pp = layout->pp;
+  s.dp = layout->dp;
+  s.ep = layout->ep;
+  s.virtual_stages = layout->virtual_stages;
+  s.schedule = *parse_schedule(cfg.parallel.pipeline_schedule);
+  if (s.virtual_stages > 1) {
+    if (s.schedule == Schedule::one_f_one_b) s.schedule = Schedule::interleaved;
+    if (s.schedule != Schedule::interleaved)
+      throw ConfigError("parallel.virtual_stages = " + std::to_string(s.virtual_stages) + " needs the interleaved "
+                        "schedule, not \"" + cfg.parallel.pipeline_schedule +
+                        "\"; set parallel.pipeline_schedule = \"interleaved\" or virtual_stages = 1");
+  }
+  s.micro_batch = cfg.training.micro_batch_size;
+  s.zero = layout->zero_stage;
+  s.recompute = *parse_recompute(cfg.training.recompute);
+  s.sp = layout->sequence_parallel && layout->tp > 1;
+
+  CostModel model(cfg, r.hardware);
+  StageLayers layers = *stage_layers(cfg.model.layers, s.pp, s.virtual_stages);  // validate() checked the split
+  AxisLinks links = axis_links(*layout, r.cluster);
+  Cost cost;
+  model.memory(s, layers, &cost);
+  model.time(s, layers, links, &cost);
+  return make_estimate(cfg, *layout, s, r.hardware, links, layers, cost, model);
+}
+
+}  // namespace meshrun::planner

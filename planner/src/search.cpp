@@ -1,0 +1,186 @@
+// search(): enumerate every valid setting, drop what cannot run or fit (counted by reason), rank the rest.
+// Loops go from the coarsest choice (tp) to the finest (recompute) and prune as early as a rule allows;
+// the rules mirror mesh's validate(), which still checks every setting that becomes a shape's best.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "cost.hpp"
+#include "meshrun/config.hpp"
+
+namespace meshrun::planner {
+
+const char* drop_reason(Drop d) {
+  switch (d) {
+    case Drop::heads_tp: return "tp does not divide heads, kv_heads, ffn_hidden or vocab";
+    case Drop::tp_nvlink: return "tp does not fit the NVLink domain or node";
+    case Drop::seq_cp: return "seq_len not divisible by 2·cp";
+    case Drop::batch_dp: return "global batch not divisible by dp";
+    case Drop::layers_pp: return "layers cannot be split over pp·virtual_stages";
+    case Drop::microbatches: return "too few micro-batches for the pipeline (< pp, or not a multiple of pp when interleaved)";
+    case Drop::memory: return "does not fit in GPU memory";
+    case Drop::validator: return "rejected by the mesh validator";
+    case Drop::count_: break;
+  }
+  return "?";
+}
+
+namespace {
+
+using namespace detail;
+
+std::vector<int> divisors(int64_t n) {
+  std::vector<int> d;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      d.push_back(int(i));
+      if (i * i != n) d.push_back(int(n / i));
+    }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+// A pipeline choice for a given pp: (schedule, virtual stages, stage layers).
+struct PipeChoice {
+  Schedule schedule;
+  int v;
+  StageLayers layers;
+};
+
+struct Best {
+  Setting setting;
+  StageLayers layers;
+  AxisLinks links;
+  Cost cost;
+  double step = 0;
+};
+
+bool tp_fits(int tp, const Cluster& c) {  // mirrors validate()'s "tp-nvlink"
+  const int domain = c.nvlink_domain_gpus;
+  if (domain > 1) return tp <= domain && (tp > c.gpus_per_node || c.gpus_per_node % tp == 0);
+  return tp <= c.gpus_per_node && c.gpus_per_node % tp == 0;
+}
+
+}  // namespace
+
+SearchResult search(const JobConfig& cfg, int top_n) {
+  const auto started = std::chrono::steady_clock::now();
+  Resolved r = resolve(cfg);
+  const Cluster& cluster = r.cluster;
+  CostModel model(cfg, r.hardware);
+  const ModelSpec& m = cfg.model;
+  const TrainingSpec& t = cfg.training;
+  std::vector<Problem> problems;
+  LayoutSpec base_spec = cfg.parallel;
+  base_spec.tp = base_spec.cp = base_spec.pp = base_spec.ep = base_spec.virtual_stages = 1;
+  base_spec.dp = 0;
+  base_spec.zero_stage = 0;
+  auto base = resolve_layout(base_spec, cluster.gpus(), &problems);  // parses the order
+  if (!base) throw ConfigError(problems.front().message);
+  if (t.seq_len < 1 || t.global_batch_size < 1 || m.layers < 1 || m.heads < 1)
+    throw ConfigError("training.seq_len, training.global_batch_size, model.layers and model.heads must be positive");
+
+  // The schedule is the trainer's, not a knob: the search varies virtual stages within its family
+  // (1f1b and interleaved are one family), and keeps gpipe or zb as they are.
+  Schedule family = *parse_schedule(cfg.parallel.pipeline_schedule);
+  if (family == Schedule::one_f_one_b) family = Schedule::interleaved;
+
+  SearchResult res;
+  const int world = cluster.gpus();
+  res.world = world;
+  auto drop_mesh = [&](Drop d) { ++res.dropped_meshes[int(d)]; };
+  auto drop = [&](Drop d, int64_t n) {
+    res.dropped_settings[int(d)] += n;
+    res.settings += n;
+  };
+  std::vector<Best> bests;
+  JobConfig check_cfg = cfg;  // the validator reads the micro-batch size from the config
+
+  for (int tp : divisors(world)) {
+    if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || m.vocab % tp) { drop_mesh(Drop::heads_tp); continue; }
+    if (!tp_fits(tp, cluster)) { drop_mesh(Drop::tp_nvlink); continue; }
+    for (int cp : divisors(world / tp)) {
+      if (cp > 1 && t.seq_len % (2 * cp)) { drop_mesh(Drop::seq_cp); continue; }
+      const bool sp = tp > 1 && (t.seq_len / cp) % tp == 0;
+      for (int pp : divisors(world / tp / cp)) {
+        const int dp = world / tp / cp / pp;
+        if (t.global_batch_size % dp) { drop_mesh(Drop::batch_dp); continue; }
+        std::vector<PipeChoice> pipes;  // valid schedules for this pp
+        if (pp == 1) {
+          pipes.push_back({Schedule::one_f_one_b, 1, *stage_layers(m.layers, 1, 1)});
+        } else {
+          auto l1 = stage_layers(m.layers, pp, 1);
+          if (!l1) { drop_mesh(Drop::layers_pp); continue; }
+          if (family == Schedule::interleaved) {  // 1F1B is its v = 1 case; v only where the layers split
+            pipes.push_back({Schedule::one_f_one_b, 1, *l1});
+            for (int v = 2; v * pp <= m.layers + 2; ++v)
+              if (auto lv = stage_layers(m.layers, pp, v)) pipes.push_back({Schedule::interleaved, v, *lv});
+          } else {
+            pipes.push_back({family, 1, *l1});
+          }
+        }
+        const std::vector<int> micro_batches = divisors(t.global_batch_size / dp);
+        const int64_t dpcp = int64_t(dp) * cp;
+        const int zero_max = dpcp > 1 ? 3 : 0;  // ZeRO over one rank is plain data parallelism
+        const int64_t per_pipe = int64_t(zero_max + 1) * 3;
+        for (int ep : divisors(dpcp)) {
+          if (ep > 1 && (m.experts == 0 || m.experts % ep)) continue;  // not an EP degree for this model
+          ++res.meshes;
+          Layout layout = *base;
+          layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.dp = dp, layout.ep = ep;
+          layout.sequence_parallel = sp;
+          const AxisLinks links = axis_links(layout, cluster);
+          Best best;
+          bool have_best = false;
+          for (int mb : micro_batches) {
+            const int micro = t.global_batch_size / (dp * mb);
+            for (const PipeChoice& pc : pipes) {
+              if (pp > 1 && (micro < pp || (pc.v > 1 && micro % pp))) { drop(Drop::microbatches, per_pipe); continue; }
+              for (int zero = 0; zero <= zero_max; ++zero)
+                for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+                  ++res.settings;
+                  Setting s{tp, cp, pp, dp, ep, pc.v, pc.schedule, mb, zero, rc, sp};
+                  Cost c;
+                  model.memory(s, pc.layers, &c);
+                  if (c.memory.total() > model.capacity_bytes()) { ++res.dropped_settings[int(Drop::memory)]; continue; }
+                  model.time(s, pc.layers, links, &c);
+                  ++res.feasible;
+                  const double step = c.time.step();
+                  if (have_best && step >= best.step) continue;
+                  // A new best for this shape: confirm with the mesh validator before keeping it.
+                  layout.virtual_stages = pc.v;
+                  layout.zero_stage = zero;
+                  check_cfg.training.micro_batch_size = mb;
+                  if (!validate(check_cfg, layout, cluster).empty()) {
+                    --res.feasible;
+                    ++res.dropped_settings[int(Drop::validator)];
+                    continue;
+                  }
+                  best = {s, pc.layers, links, c, step};
+                  have_best = true;
+                }
+            }
+          }
+          if (have_best) bests.push_back(best);
+        }
+      }
+    }
+  }
+  res.feasible_meshes = int64_t(bests.size());
+  std::sort(bests.begin(), bests.end(), [](const Best& a, const Best& b) {
+    if (a.step != b.step) return a.step < b.step;
+    return a.cost.memory.total() < b.cost.memory.total();
+  });
+  const size_t n = std::min(bests.size(), size_t(std::max(1, top_n)));
+  for (size_t i = 0; i < n; ++i) {
+    const Best& b = bests[i];
+    JobConfig chosen = cfg;
+    chosen.training.micro_batch_size = b.setting.micro_batch;
+    Layout layout = *base;
+    res.top.push_back(make_estimate(chosen, layout, b.setting, r.hardware, b.links, b.layers, b.cost, model));
+  }
+  res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return res;
+}
+
+}  // namespace meshrun::planner

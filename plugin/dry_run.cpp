@@ -1,0 +1,44 @@
+#include "dry_run.hpp"
+
+#include "meshrun/rank_map.hpp"
+
+namespace meshrun::plugin {
+
+std::string render_dry_run(const StepPlan& plan, int max_nodes) {
+  std::string out;
+  if (!plan.layout) return plan.error_text() + "\n";
+  const Layout& l = *plan.layout;
+  RankMap map(l, plan.cluster);
+  auto s = [](int v) { return std::to_string(v); };
+  out += "meshrun dry run: " + s(map.world()) + " ranks on " + s(plan.cluster.nodes) + " nodes × " +
+         s(plan.cluster.gpus_per_node) + " tasks, order " + l.order.str() + "\n";
+  for (const char* key : {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.dp", "parallel.ep", "parallel.order"})
+    out += "  " + std::string(key) + " = " + value_text(plan.config.job, key) + "  (" +
+           plan.config.origin_of(key).str() + ")\n";
+  int nodes = plan.cluster.nodes;
+  for (int n = 0; n < nodes; ++n) {
+    if (n == max_nodes - 1 && nodes > max_nodes) {
+      out += "  ... " + s(nodes - max_nodes) + " more nodes\n";
+      n = nodes - 1;
+    }
+    out += "  node " + s(n) + " (" + plan.cluster.hosts[n] + "):";
+    for (int local = 0; local < plan.cluster.gpus_per_node; ++local) {
+      int r = map.rank_at(n, local);
+      Coord c = map.coords(r);
+      out += " r" + s(r) + "[gpu" + s(map.placement(r).gpu) + " tp" + s(c.tp) + " cp" + s(c.cp) + " pp" + s(c.pp) +
+             " dp" + s(c.dp) + " ep" + s(c.ep) + "]";
+    }
+    out += "\n";
+  }
+  for (const auto& g : summarize_groups(map)) {
+    out += "  group " + std::string(group_name(g.kind)) + ": " + s(g.count) + " × size " + s(g.size);
+    for (int k = 0; k < 4; ++k)
+      if (g.by_link[k]) out += ", " + s(g.by_link[k]) + " " + link_name(static_cast<Link>(k));
+    out += "\n";
+  }
+  for (const auto& w : plan.warnings) out += "  warning: " + w + "\n";
+  out += "meshrun: dry run only, nothing launched\n";
+  return out;
+}
+
+}  // namespace meshrun::plugin

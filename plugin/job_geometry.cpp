@@ -1,0 +1,225 @@
+#include "job_geometry.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+
+namespace meshrun::plugin {
+namespace {
+
+// A single positive integer, else 0 (ranges, lists and garbage are "unknown").
+int count(std::string_view s) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return (ec == std::errc() && end == s.data() + s.size() && v > 0) ? v : 0;
+}
+
+// "gpu:8", "gpu:h100:8", "gpu:h100:8,nic:1" -> 8.
+int gres_gpus(std::string_view s) {
+  while (!s.empty()) {
+    size_t comma = s.find(',');
+    std::string_view item = s.substr(0, comma);
+    if (item.substr(0, 4) == "gpu:" || item == "gpu") {
+      size_t colon = item.rfind(':');
+      return colon == std::string_view::npos ? 1 : count(item.substr(colon + 1));
+    }
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return 0;
+}
+
+// "[type:]N" -> N.
+int typed_count(std::string_view s) {
+  size_t colon = s.rfind(':');
+  return count(colon == std::string_view::npos ? s : s.substr(colon + 1));
+}
+
+// Short options that take a value (22.05 --help): srun's differ (-W, -r, -T take values there).
+bool short_takes_value(char c, bool srun) {
+  std::string_view letters = srun ? "AbcCdDeGiJLmMnNopqrStTwWx" : "AabBcCDdeFGiJLMmNnopqStwx";
+  return letters.find(c) != std::string_view::npos;
+}
+
+// Long options that take no value or only an attached optional one; every other long option given
+// without '=' consumes the next token.
+bool long_without_value(std::string_view name) {
+  static const std::set<std::string_view> names = {
+      "contiguous", "exclusive", "get-user-env", "help", "hold", "ignore-pbs", "no-kill", "no-requeue",
+      "overcommit", "oversubscribe", "parsable", "quiet", "reboot", "requeue", "spread-job", "test-only",
+      "usage", "use-min-nodes", "verbose", "version", "wait", "nice", "propagate", "mesh-dry-run", "mesh-off",
+      "no-shell", "bell", "no-bell", "x11", "exact", "label", "unbuffered", "kill-on-bad-exit", "preserve-env",
+      "disable-status", "no-allocate", "pty", "multi-prog", "overlap", "immediate", "kill-command", "whole",
+      "test-only", "quit-on-interrupt", "send-libs"};
+  return names.count(name) > 0;
+}
+
+struct Setter {
+  JobGeometry* g;
+  std::set<std::string> seen;  // keys set so far (for "command line wins over #SBATCH")
+  bool only_new = false;
+  void set(const std::string& key, int* field, int v) {
+    if (only_new && seen.count(key)) return;
+    *field = v;
+    seen.insert(key);
+  }
+  void apply(std::string_view name, std::string_view value) {
+    if (name == "N" || name == "nodes") set("nodes", &g->nodes, count(value));
+    else if (name == "n" || name == "ntasks") set("ntasks", &g->ntasks, count(value));
+    else if (name == "ntasks-per-node") set("ntasks-per-node", &g->ntasks_per_node, count(value));
+    else if (name == "gpus-per-node") set("gpus-per-node", &g->gpus_per_node, typed_count(value));
+    else if (name == "gres") set("gpus-per-node", &g->gpus_per_node, gres_gpus(value));
+    else if (name == "G" || name == "gpus") set("gpus", &g->gpus_total, typed_count(value));
+  }
+};
+
+// Walks getopt-style tokens; returns the index of the first non-option token (args.size() if none).
+size_t walk(const std::vector<std::string>& args, Setter& s) {
+  size_t i = 0;
+  while (i < args.size()) {
+    std::string_view a = args[i];
+    if (a == "--") return i + 1;
+    if (a.size() > 2 && a.substr(0, 2) == "--") {
+      std::string_view body = a.substr(2);
+      size_t eq = body.find('=');
+      if (eq != std::string_view::npos) {
+        if (body.substr(0, eq) == "wrap") s.g->wrap = true;
+        s.apply(body.substr(0, eq), body.substr(eq + 1));
+        i += 1;
+      } else if (long_without_value(body)) {
+        i += 1;
+      } else if (i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] == '-') {
+        i += 1;  // an unknown flag: never swallow the next option
+      } else {
+        if (body == "wrap") s.g->wrap = true;
+        if (i + 1 < args.size()) s.apply(body, args[i + 1]);
+        i += 2;
+      }
+    } else if (a.size() > 1 && a[0] == '-') {
+      // Short options may be bundled ("-vN2"); the first value-taking letter ends the bundle.
+      size_t k = 1;
+      for (; k < a.size(); ++k) {
+        char c = a[k];
+        if (!short_takes_value(c, s.g->srun)) continue;
+        std::string_view name = a.substr(k, 1);
+        if (k + 1 < a.size()) {
+          s.apply(name, a.substr(k + 1));
+          i += 1;
+        } else {
+          if (i + 1 < args.size()) s.apply(name, args[i + 1]);
+          i += 2;
+        }
+        break;
+      }
+      if (k == a.size()) i += 1;
+    } else {
+      return i;  // the script: sbatch stops parsing options here
+    }
+  }
+  return i;
+}
+
+}  // namespace
+
+void parse_job_args(const std::string& program, const std::vector<std::string>& args, JobGeometry* g) {
+  g->srun = program == "srun";
+  g->operand_required = program != "salloc";
+  Setter s{g, {}, false};
+  size_t operand = walk(args, s);
+  if (operand < args.size()) g->operand = args[operand];
+}
+
+void apply_sbatch_lines(std::string_view text, const std::vector<std::string>& cmdline, JobGeometry* g) {
+  // First collect which keys the command line set, so #SBATCH lines cannot override them.
+  JobGeometry scratch;
+  scratch.srun = g->srun;
+  Setter probe{&scratch, {}, false};
+  walk(cmdline, probe);
+  Setter s{g, probe.seen, true};
+  std::istringstream in{std::string(text)};
+  std::string line;
+  bool first = true;
+  while (std::getline(in, line)) {
+    if (first && line.rfind("#!", 0) == 0) { first = false; continue; }
+    first = false;
+    size_t p = line.find_first_not_of(" \t");
+    if (p == std::string::npos) continue;
+    if (line[p] != '#') break;  // sbatch stops at the first command
+    if (line.compare(p, 7, "#SBATCH") != 0) continue;
+    std::istringstream words(line.substr(p + 7));
+    std::vector<std::string> tokens;
+    for (std::string w; words >> w;) {
+      if (w[0] == '#') break;  // trailing comment
+      tokens.push_back(w);
+    }
+    walk(tokens, s);
+  }
+}
+
+bool task_shape(const JobGeometry& g, TaskShape* out, std::string* why) {
+  why->clear();
+  if (g.operand_required && g.operand.empty() && !g.wrap) return false;  // script on stdin, or the command line was not understood
+  TaskShape t;
+  t.nodes = g.nodes;
+  if (g.ntasks > 0) {
+    t.tasks = g.ntasks;
+    if (t.nodes == 0 && g.ntasks_per_node > 0) t.nodes = (g.ntasks + g.ntasks_per_node - 1) / g.ntasks_per_node;
+    if (t.nodes == 0) return false;  // Slurm picks the node count: leave the check to srun
+  } else {
+    if (t.nodes == 0) t.nodes = 1;
+    t.tasks = t.nodes * (g.ntasks_per_node > 0 ? g.ntasks_per_node : 1);
+  }
+  if (t.tasks % t.nodes != 0) {
+    *why = std::to_string(t.tasks) + " tasks do not spread evenly over " + std::to_string(t.nodes) +
+           " nodes; meshrun places ranks in equal blocks per node: use --ntasks-per-node";
+    return false;
+  }
+  t.tasks_per_node = t.tasks / t.nodes;
+  if (g.ntasks_per_node > 0 && g.ntasks > 0 && g.ntasks_per_node != t.tasks_per_node) {
+    *why = "--ntasks=" + std::to_string(g.ntasks) + " and --ntasks-per-node=" + std::to_string(g.ntasks_per_node) +
+           " disagree over " + std::to_string(t.nodes) + " nodes; give one of them";
+    return false;
+  }
+  t.gpus_per_node = g.gpus_per_node > 0 ? g.gpus_per_node : (g.gpus_total > 0 ? g.gpus_total / t.nodes : 0);
+  *out = t;
+  return true;
+}
+
+std::vector<std::string> read_own_cmdline() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    args.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return args;
+}
+
+std::string read_file_head(const std::string& path, size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text(limit, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(limit));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+bool own_submission_shape(TaskShape* shape, std::string* why) {
+  why->clear();
+  std::vector<std::string> argv = read_own_cmdline();
+  if (argv.empty()) return false;
+  std::string prog = argv[0].substr(argv[0].rfind('/') + 1);
+  std::vector<std::string> args(argv.begin() + 1, argv.end());
+  JobGeometry geo;
+  parse_job_args(prog, args, &geo);
+  if (prog == "sbatch" && !geo.wrap && !geo.operand.empty())
+    apply_sbatch_lines(read_file_head(geo.operand, 1 << 20), args, &geo);
+  return task_shape(geo, shape, why);
+}
+
+}  // namespace meshrun::plugin

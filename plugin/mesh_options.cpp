@@ -1,0 +1,86 @@
+#include "mesh_options.hpp"
+
+#include <charconv>
+#include <string_view>
+
+#include "meshrun/layout.hpp"
+
+namespace meshrun::plugin {
+namespace {
+
+constexpr int kMaxSize = 1 << 20;  // far above any real axis size; stops overflow in products
+
+bool parse_size(std::string_view name, const char* arg, bool allow_auto, int* out, std::string* error) {
+  std::string_view s = arg ? arg : "";
+  if (allow_auto && s == "auto") {
+    *out = 0;
+    return true;
+  }
+  int v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < 1 || v > kMaxSize) {
+    *error = "--" + std::string(name) + "='" + std::string(s) + "' is not a valid size; use a positive integer" +
+             (allow_auto ? " or 'auto'" : "") + ", e.g. --" + std::string(name) + "=2";
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& option_specs() {
+  static const std::vector<OptionSpec> specs = {
+      {OptionId::tp, "mesh-tp", "N", "[meshrun] tensor-parallel size"},
+      {OptionId::cp, "mesh-cp", "N", "[meshrun] context-parallel size"},
+      {OptionId::pp, "mesh-pp", "N", "[meshrun] pipeline-parallel size"},
+      {OptionId::dp, "mesh-dp", "N|auto", "[meshrun] data-parallel size (auto = tasks / (tp*cp*pp))"},
+      {OptionId::ep, "mesh-ep", "N", "[meshrun] expert-parallel size (folds into dp*cp)"},
+      {OptionId::order, "mesh-order", "ORDER", "[meshrun] rank order, fastest axis first, e.g. tp-cp-ep-dp-pp"},
+      {OptionId::template_file, "mesh-template", "FILE", "[meshrun] TOML job template; --mesh-* flags override it"},
+      {OptionId::dry_run, "mesh-dry-run", nullptr, "[meshrun] srun: print the step's rank map, launch nothing"},
+      {OptionId::off, "mesh-off", nullptr, "[meshrun] disable meshrun for this job or step"},
+  };
+  return specs;
+}
+
+bool MeshOptions::active() const {
+  if (off) return false;
+  return tp || cp || pp || dp || ep || order || template_file || dry_run;
+}
+
+bool set_option(MeshOptions& o, OptionId id, const char* arg, std::string* error) {
+  int v = 0;
+  switch (id) {
+    case OptionId::tp: if (!parse_size("mesh-tp", arg, false, &v, error)) return false; o.tp = v; return true;
+    case OptionId::cp: if (!parse_size("mesh-cp", arg, false, &v, error)) return false; o.cp = v; return true;
+    case OptionId::pp: if (!parse_size("mesh-pp", arg, false, &v, error)) return false; o.pp = v; return true;
+    case OptionId::ep: if (!parse_size("mesh-ep", arg, false, &v, error)) return false; o.ep = v; return true;
+    case OptionId::dp: if (!parse_size("mesh-dp", arg, true, &v, error)) return false; o.dp = v; return true;
+    case OptionId::order: {
+      std::string why;
+      if (!arg || !parse_order(arg, &why)) {
+        *error = "--mesh-order='" + std::string(arg ? arg : "") + "' is not a rank order (" + why +
+                 "); use the five axes fastest first, e.g. --mesh-order=tp-cp-ep-dp-pp";
+        return false;
+      }
+      o.order = arg;
+      return true;
+    }
+    case OptionId::template_file:
+      if (!arg || !*arg || arg[0] == '-') {
+        // A required argument swallows the next token: "--mesh-template --wrap ..." would take "--wrap".
+        *error = "--mesh-template needs a TOML file, got '" + std::string(arg ? arg : "") +
+                 "'; use --mesh-template=path/to/job.toml";
+        return false;
+      }
+      o.template_file = arg;
+      return true;
+    case OptionId::dry_run: o.dry_run = true; return true;
+    case OptionId::off: o.off = true; return true;
+  }
+  *error = "unknown meshrun option";
+  return false;
+}
+
+}  // namespace meshrun::plugin

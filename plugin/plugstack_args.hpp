@@ -1,0 +1,25 @@
+// Site configuration from the plugin's plugstack.conf line, e.g.
+//   required /usr/lib/x86_64-linux-gnu/slurm/spank_meshrun.so default_order=tp-cp-ep-dp-pp nccl=auto
+// Keys: default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, hca=rank|node, cpu_bind=numa|none,
+// socket_ifname=IF.
+// Parsed in every context (each is its own process); an unknown or malformed argument is an error.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace meshrun::plugin {
+
+struct PlugstackArgs {
+  std::string default_order;             // empty = the mesh core's default
+  std::string topology_xml;              // absolute path of an hwloc XML export; empty = live discovery
+  bool nccl = true;                      // nccl=off: set no NCCL_* variables
+  std::vector<std::string> allow_env;    // extra variable names templates may set through [env]
+  bool hca_per_node = false;             // hca=node: NCCL_IB_HCA lists every GPU-paired NIC (default: the rank's)
+  bool cpu_bind = true;                  // cpu_bind=none: leave CPU affinity to Slurm
+  std::string socket_ifname;             // socket_ifname=eth0: NCCL_SOCKET_IFNAME instead of the topology's guess
+};
+
+// Returns false with a one-line *error ("plugstack.conf: ...; fix") on the first bad argument.
+bool parse_plugstack_args(int ac, char** av, PlugstackArgs* out, std::string* error);
+
+}  // namespace meshrun::plugin

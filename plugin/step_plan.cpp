@@ -1,0 +1,126 @@
+#include "step_plan.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "meshrun/hostlist.hpp"
+
+namespace meshrun::plugin {
+namespace {
+
+// Checks that concern the layout and the allocation only (no model facts).
+bool layout_only_check(const std::string& name) {
+  static const std::set<std::string> names = {"world-size", "tp-nvlink", "ep-dp-cp", "order", "size",
+                                              "node-type", "nvlink-domain", "zero-stage"};
+  return names.count(name) > 0;
+}
+
+// The core's message speaks of template keys; here the user typed --mesh-* flags and -N/-n.
+std::string world_message(const LayoutSpec& spec, const std::optional<Layout>& l, const StepShape& shape) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  std::string job = s(shape.tasks) + " tasks (" + s(shape.nodes) + " nodes × " + s(shape.tasks / shape.nodes) + ")";
+  if (!l)  // dp = auto and tp·cp·pp does not divide the task count
+    return "tp·cp·pp = " + s(spec.tp) + "·" + s(spec.cp) + "·" + s(spec.pp) + " = " + s(int64_t(spec.tp) * spec.cp * spec.pp) +
+           " does not divide the job's " + job + "; change --mesh-tp/--mesh-cp/--mesh-pp or -N/--ntasks-per-node";
+  return "tp·cp·pp·dp = " + s(l->tp) + "·" + s(l->cp) + "·" + s(l->pp) + "·" + s(l->dp) + " = " + s(l->world()) +
+         " ranks but the job has " + job + "; use --mesh-dp=auto or change -N/--ntasks-per-node";
+}
+
+}  // namespace
+
+std::string StepPlan::error_text() const {
+  std::string s;
+  for (const auto& p : problems) s += (s.empty() ? "" : "\n") + std::string("meshrun: ") + p.message;
+  return s;
+}
+
+std::vector<ConfigRequest::Flag> option_flags(const MeshOptions& o) {
+  std::vector<ConfigRequest::Flag> f;
+  auto num = [&](const std::optional<int>& v, const char* key, const char* flag) {
+    if (v) f.push_back({key, std::to_string(*v), flag});
+  };
+  num(o.tp, "parallel.tp", "--mesh-tp");
+  num(o.cp, "parallel.cp", "--mesh-cp");
+  num(o.pp, "parallel.pp", "--mesh-pp");
+  if (o.dp) f.push_back({"parallel.dp", *o.dp == 0 ? "auto" : std::to_string(*o.dp), "--mesh-dp"});
+  num(o.ep, "parallel.ep", "--mesh-ep");
+  if (o.order) f.push_back({"parallel.order", *o.order, "--mesh-order"});
+  return f;
+}
+
+std::string resolve_template(const std::string& path, const std::string& cwd) {
+  if (path.empty() || path[0] == '/' || cwd.empty()) return path;
+  return cwd + "/" + path;
+}
+
+StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const StepShape& shape) {
+  StepPlan plan;
+  try {
+    ConfigRequest req;
+    if (opts.template_file) req.template_path = resolve_template(*opts.template_file, shape.cwd);
+    std::map<std::string, std::string> env;
+    if (!shape.site_config.empty()) env["MESHRUN_SITE_CONFIG"] = shape.site_config;
+    req.environment = &env;
+    plan.config = build_config(req);
+    if (!args.default_order.empty() && !plan.config.origins.count("parallel.order"))
+      apply_value(plan.config, "parallel.order", args.default_order,
+                  Origin{SourceKind::site, "plugstack.conf default_order"});
+    for (const auto& f : option_flags(opts))
+      apply_value(plan.config, f.key, f.value, Origin{SourceKind::flag, f.flag + "=" + f.value});
+    if (shape.nodes > 0) {
+      apply_value(plan.config, "cluster.nodes", std::to_string(shape.nodes), Origin{SourceKind::environment, "Slurm nodes"});
+      // The template's hostlist describes another cluster; use the step's when it names exactly its nodes.
+      std::string unused;
+      auto hosts = expand_hostlist(shape.hostlist, &unused);
+      bool fits = hosts && static_cast<int>(hosts->size()) == shape.nodes;
+      plan.config.job.cluster.hostlist = fits ? shape.hostlist : "";
+    }
+    if (shape.nodes > 0 && shape.tasks > 0)
+      apply_value(plan.config, "cluster.gpus_per_node", std::to_string(std::max(1, shape.tasks / shape.nodes)),
+                  Origin{SourceKind::environment, "Slurm tasks per node"});
+  } catch (const ConfigError& e) {
+    plan.problems.push_back({"config", e.what()});
+    return plan;
+  }
+  if (shape.nodes <= 0 || shape.tasks <= 0) return plan;  // options and template only
+
+  if (shape.tasks % shape.nodes != 0) {
+    plan.problems.push_back({"tasks-per-node", std::to_string(shape.tasks) + " tasks do not spread evenly over " +
+                                                   std::to_string(shape.nodes) +
+                                                   " nodes; meshrun places ranks in equal blocks per node: use --ntasks-per-node"});
+    return plan;
+  }
+  int per_node = shape.tasks / shape.nodes;
+  if (shape.gpus_per_node > 0 && per_node > shape.gpus_per_node)
+    plan.problems.push_back({"gpus-per-node", std::to_string(per_node) + " tasks per node but only " +
+                                                  std::to_string(shape.gpus_per_node) +
+                                                  " GPUs per node; meshrun runs one rank per GPU: use --ntasks-per-node=" +
+                                                  std::to_string(shape.gpus_per_node) + " or request more GPUs"});
+
+  const LayoutSpec& ls = plan.config.job.parallel;
+  int64_t product = int64_t(ls.tp) * ls.cp * ls.pp * std::max(ls.dp, 1);
+  if (product > int64_t(shape.tasks) * std::max(ls.ep, 1) && product > (int64_t(1) << 24)) {  // keep int math exact
+    plan.problems.push_back({"world-size", "tp·cp·pp·dp = " + std::to_string(product) + " ranks but the job has " +
+                                               std::to_string(shape.tasks) + " tasks; use smaller --mesh-* sizes"});
+    return plan;
+  }
+  std::vector<Problem> found;
+  plan.cluster = resolve_cluster(plan.config.job.cluster, &found);
+  plan.layout = resolve_layout(plan.config.job.parallel, shape.tasks, &found);
+  if (plan.layout) {
+    auto checks = validate(plan.config.job, *plan.layout, plan.cluster);
+    found.insert(found.end(), checks.begin(), checks.end());
+  }
+  bool full = opts.template_file.has_value();
+  for (auto& p : found) {
+    if (!full && !layout_only_check(p.check)) continue;
+    if (p.check == "world-size") p.message = world_message(plan.config.job.parallel, plan.layout, shape);
+    plan.problems.push_back(std::move(p));
+  }
+  if (plan.problems.empty() && plan.layout && full)
+    plan.warnings = layout_warnings(plan.config.job, *plan.layout, plan.cluster);
+  if (!plan.problems.empty()) plan.layout.reset();
+  return plan;
+}
+
+}  // namespace meshrun::plugin

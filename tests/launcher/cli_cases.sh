@@ -1,0 +1,200 @@
+#!/bin/bash
+# Command-line cases of `meshrun exec|sbatch|run`, one per ctest entry: cli_cases.sh CASE
+# Needs MESHRUN (the binary) and SRC (the source tree). Every command runs in a clean environment (no host
+# SLURM_* variables) under a timeout; bad input must exit 2 with exactly one line on stderr.
+set -u
+case_name=$1
+: "${MESHRUN:?set MESHRUN to the meshrun binary}" "${SRC:?set SRC to the source tree}"
+work=$(mktemp -d /tmp/meshrun-cli-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+TINY=$SRC/templates/tiny.toml
+
+# m [VAR=value ...] -- ARGS...: runs meshrun with only PATH (plus the given variables) set.
+m() {
+  local vars=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  shift
+  env -i PATH=/usr/bin:/bin HOME="$work" "${vars[@]}" timeout 60 "$MESHRUN" "$@" >"$work/out" 2>"$work/err"
+  echo $? >"$work/rc"
+}
+fail() { echo "FAIL [$case_name]: $*"; echo "--- stdout"; cat "$work/out"; echo "--- stderr"; cat "$work/err"; exit 1; }
+expect_rc() { [ "$(cat "$work/rc")" = "$1" ] || fail "exit $(cat "$work/rc"), expected $1"; }
+expect_out() { grep -qF -- "$1" "$work/out" || fail "stdout lacks: $1"; }
+expect_err() { grep -qF -- "$1" "$work/err" || fail "stderr lacks: $1"; }
+# Bad input: exit 2, one line on stderr holding every given fragment, nothing on stdout.
+expect_bad() {
+  expect_rc 2
+  [ "$(wc -l <"$work/err")" = 1 ] || fail "stderr should be one line"
+  [ ! -s "$work/out" ] || fail "stdout should be empty"
+  for f in "$@"; do expect_err "$f"; done
+}
+
+case $case_name in
+  sbatch-dry-run)
+    m -- sbatch "$TINY" --dry-run --no-site --plugin no --cpus-per-task 2
+    expect_rc 0
+    expect_out "#SBATCH --nodes=1"
+    expect_out "#SBATCH --ntasks-per-node=4"
+    expect_out "#SBATCH --cpus-per-task=2"
+    expect_out "$MESHRUN exec --template $TINY --no-site -- "
+    expect_out "# --dry-run: nothing submitted"
+    expect_out "template $TINY:"            # sources of the values
+    bash -n "$work/out" || fail "the printed script is not valid bash"
+    ;;
+  sbatch-dry-run-sets)
+    m SBATCH_PARTITION=gpu -- sbatch "$TINY" --dry-run --no-site --plugin no --set training.steps=7 --mesh-tp 1
+    expect_rc 0
+    expect_out "#SBATCH --partition=gpu"
+    expect_out "--set parallel.tp=1 --set training.steps=7"
+    expect_out "environment SBATCH_PARTITION"
+    expect_out "flag --mesh-tp=1"
+    ;;
+  sbatch-missing-template)
+    m -- sbatch "$work/nope.toml" --dry-run
+    expect_bad "nope.toml" "no such file"
+    ;;
+  sbatch-no-template)
+    m -- sbatch --dry-run
+    expect_bad "missing TEMPLATE.toml"
+    ;;
+  sbatch-unknown-set-key)
+    m -- sbatch "$TINY" --dry-run --no-site --set parallel.tpp=2
+    expect_bad "--set parallel.tpp=2" "did you mean 'parallel.tp'"
+    ;;
+  sbatch-set-wrong-type)
+    m -- sbatch "$TINY" --dry-run --no-site --set parallel.tp=two
+    expect_bad "--set parallel.tp=two" "must be an integer"
+    ;;
+  sbatch-conflicting-layers)
+    m SLURM_JOB_NUM_NODES=3 SLURM_NTASKS_PER_NODE=2 -- sbatch "$TINY" --dry-run --no-site --set parallel.dp=2
+    expect_bad "invalid layout" "cluster.nodes=3 from environment SLURM_JOB_NUM_NODES" "parallel.dp=2 from set"
+    ;;
+  sbatch-template-syntax)
+    printf '[parallel]\ntp = = 2\n' >"$work/bad.toml"
+    m -- sbatch "$work/bad.toml" --dry-run --no-site
+    expect_bad "bad.toml:2:"
+    ;;
+  sbatch-unknown-option)
+    m -- sbatch "$TINY" --dry-rn
+    expect_bad "unknown option '--dry-rn'"
+    ;;
+  sbatch-site-file)
+    printf '[job]\naccount = "site-acct"\n' >"$work/site.toml"
+    m MESHRUN_SITE_CONFIG="$work/site.toml" -- sbatch "$TINY" --dry-run --plugin no
+    expect_rc 0
+    expect_out "#SBATCH --account=site-acct"
+    expect_out "site $work/site.toml:2:"
+    m MESHRUN_SITE_CONFIG="$work/missing.toml" -- sbatch "$TINY" --dry-run --plugin no
+    expect_bad "missing.toml" "site file not found"
+    ;;
+  exec-outside-slurm)
+    m -- exec --no-site --template "$TINY" -- /bin/true
+    expect_bad "cannot tell which rank" "--rank R --world-size N"
+    ;;
+  exec-no-command)
+    m -- exec --no-site --template "$TINY" --rank 0 --world-size 4
+    expect_bad "no command"
+    ;;
+  exec-bad-command)
+    m -- exec --no-site --template "$TINY" --rank 0 --world-size 4 -- "$work/no-such-program"
+    expect_bad "cannot run" "no-such-program"
+    ;;
+  exec-wrong-world)
+    m -- exec --no-site --template "$TINY" --rank 0 --world-size 3 -- /bin/true
+    expect_bad "--world-size 3" "needs 4"
+    ;;
+  exec-runs-command)
+    m -- exec --no-site --template "$TINY" --rank 3 --world-size 4 -- /bin/sh -c 'echo "$RANK $LOCAL_RANK $MESHRUN_TP_RANK $MESHRUN_DP_RANK $WORLD_SIZE"'
+    expect_rc 0
+    [ "$(cat "$work/out")" = "3 3 1 1 4" ] || fail "expected '3 3 1 1 4'"
+    ;;
+  exec-mpirun-vars)
+    m OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=2 OMPI_COMM_WORLD_LOCAL_SIZE=4 \
+      -- exec --no-site --template "$TINY" -- /bin/sh -c 'echo "$RANK $MESHRUN_TP_RANK $MESHRUN_DP_RANK $MASTER_ADDR"'
+    expect_rc 0
+    [ "$(cat "$work/out")" = "2 0 1 127.0.0.1" ] || fail "expected '2 0 1 127.0.0.1'"
+    ;;
+  exec-forbidden-env)
+    printf '[env]\nLD_PRELOAD = "/tmp/x.so"\n' >"$work/preload.toml"
+    cat "$TINY" "$work/preload.toml" >"$work/t.toml"
+    m -- exec --no-site --template "$work/t.toml" --rank 0 --world-size 4 -- /bin/true
+    expect_bad "LD_PRELOAD"
+    ;;
+  run-local-4)
+    m -- run "$TINY" --no-site -- /bin/sh -c 'echo "rank=$RANK/$WORLD_SIZE tp=$MESHRUN_TP_RANK"'
+    expect_rc 0
+    [ "$(grep -c '^rank=' "$work/out")" = 4 ] || fail "expected 4 ranks"
+    for r in 0 1 2 3; do expect_out "rank=$r/4 tp=$((r % 2))"; done
+    ;;
+  run-dry-run)
+    m -- run "$TINY" --no-site --dry-run --set training.steps=3
+    expect_rc 0
+    expect_out "mpirun -np 4 --bind-to none"
+    expect_out "exec --template $TINY --no-site --set training.steps=3 -- "
+    expect_out "training.steps=3"
+    ;;
+  run-folds-nodes)
+    m -- run "$TINY" --no-site --dry-run --nodes 2 --gpus-per-node 2
+    expect_rc 0
+    expect_out "--set cluster.nodes=1 --set cluster.gpus_per_node=4"
+    expect_err "on this machine"
+    ;;
+  run-inside-step)
+    m SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=1 -- run "$TINY" --no-site -- /bin/true
+    expect_bad "SLURM_STEP_ID" "srun meshrun exec"
+    ;;
+  run-too-big)
+    m -- run "$SRC/templates/llama3-405b.toml" --no-site
+    expect_bad "16384 ranks" "meshrun sbatch"
+    ;;
+  help)
+    for c in exec sbatch run; do
+      m -- "$c" --help
+      expect_rc 0
+      expect_out "usage: meshrun $c"
+      expect_out "examples:"
+    done
+    ;;
+  golden-scripts-parse)
+    # Every golden batch script is valid bash, and shellcheck-clean where shellcheck is installed.
+    n=0
+    for f in "$SRC"/tests/launcher/golden/*.sbatch; do
+      bash -n "$f" 2>"$work/err" || fail "$f does not parse: $(cat "$work/err")"
+      if command -v shellcheck >/dev/null; then
+        shellcheck -s bash "$f" >"$work/err" 2>&1 || fail "shellcheck $f: $(cat "$work/err")"
+      fi
+      n=$((n + 1))
+    done
+    [ $n -ge 9 ] || fail "only $n golden scripts found"
+    ;;
+  man-page)
+    # The man page renders without warnings and names every option the subcommands' --help lists.
+    command -v man >/dev/null || { echo "SKIP: man not installed"; exit 77; }
+    if command -v groff >/dev/null; then
+      groff -man -Tutf8 -ww -z "$SRC/launcher/meshrun.1" 2>"$work/err"
+      [ ! -s "$work/err" ] || fail "groff warnings: $(cat "$work/err")"
+    fi
+    MANWIDTH=200 man -l "$SRC/launcher/meshrun.1" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' >"$work/man.txt"
+    for c in exec sbatch run; do
+      m -- "$c" --help
+      for opt in $(grep -o '^  --[a-z-]*' "$work/out"); do
+        grep -q -- "$opt" "$work/man.txt" || fail "the man page does not mention $c's $opt"
+      done
+    done
+    ;;
+  completion)
+    # The bash completion offers subcommands, flags, template keys and template files.
+    complete_words() {
+      (cd "$SRC" && bash -c 'source scripts/meshrun.bash-completion; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
+        _meshrun; printf "%s\n" "${COMPREPLY[@]}"' _ "$@")
+    }
+    [ "$(complete_words meshrun sb)" = sbatch ] || fail "subcommand"
+    complete_words meshrun sbatch templates/tiny.toml --dr | grep -qx -- --dry-run || fail "sbatch flag"
+    complete_words meshrun exec --print | grep -qx -- --print-env || fail "exec flag"
+    complete_words meshrun run --set parallel.t | grep -qx parallel.tp= || fail "--set key"
+    complete_words meshrun plan templates/ti | grep -qx templates/tiny.toml || fail "template path"
+    complete_words meshrun run x.toml -- ech | grep -qx echo || fail "command after --"
+    ;;
+  *) echo "unknown case '$case_name'"; exit 2 ;;
+esac
+echo "ok [$case_name]"

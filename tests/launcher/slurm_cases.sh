@@ -1,0 +1,145 @@
+#!/bin/bash
+# `meshrun sbatch` and `meshrun run` on the local Slurm cluster (ctest label `slurm`, fixture slurm_cluster
+# from tests/slurm, which starts scripts/local-slurm with the plugin installed). Usage: slurm_cases.sh NAME.
+# Every command runs under `timeout`; checks read each task's output, not only exit codes.
+set -u
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
+[ -f "$SLURM_CONF" ] || { echo "FAIL: no cluster config at $SLURM_CONF (did the slurm_cluster fixture run?)"; exit 1; }
+export SLURM_CONF
+# Open MPI across fake nodes that share one host (docs: local-slurm.md section 9).
+export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+# The fake nodes have no real GPUs; exec reads the same node export the plugin is given.
+export MESHRUN_TOPOLOGY_XML=$TOPOLOGY_XML
+unset $(env | grep -o '^SLURM_SPANK[A-Za-z0-9_]*') 2>/dev/null
+NAME=${1:?usage: slurm_cases.sh NAME}
+WORK=$LAB/jobs/launcher-$NAME.$$
+mkdir -p "$WORK" && cd "$WORK" || exit 1
+TINY=$SRC/templates/tiny.toml
+
+T() { timeout "${LIMIT:-60}" "$@"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+say() { echo "-- $*"; }
+wait_job() {
+  for _ in $(seq 900); do
+    [ -z "$(T squeue -h -j "$1" 2>/dev/null)" ] && return 0
+    sleep 0.1
+  done
+  T scancel "$1"; fail "job $1 still running after 90 s"
+}
+job_state() { T scontrol show job "$1" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
+# The line every task prints: its Slurm identity next to what meshrun gave it.
+PROBE='echo "TASK node=$SLURMD_NODENAME procid=$SLURM_PROCID rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE tp=$MESHRUN_TP_RANK dp=$MESHRUN_DP_RANK addr=$MASTER_ADDR port=$MASTER_PORT gpu=$MESHRUN_GPU"'
+# check_tasks FILE NODES PER_NODE: one line per rank, rank = SLURM_PROCID, block placement, tp fastest.
+check_tasks() {
+  local file=$1 per=$3 world=$(($2 * $3)) r
+  [ "$(grep -c '^TASK ' "$file")" = "$world" ] || fail "expected $world task lines in $file: $(cat "$file")"
+  for ((r = 0; r < world; r++)); do
+    local want="node=n$((r / per + 1)) procid=$r rank=$r local=$((r % per)) world=$world tp=$((r % 2)) dp=$((r / 2)) addr=n1"
+    grep -q "^TASK $want port=[0-9]* gpu=$((r % per))\$" "$file" || fail "rank $r: no line '$want ... gpu=$((r % per))' in: $(cat "$file")"
+  done
+  [ "$(grep '^TASK ' "$file" | grep -o 'port=[0-9]*' | sort -u | wc -l)" = 1 ] || fail "ranks disagree on MASTER_PORT"
+}
+
+case $NAME in
+  sbatch_exec)
+    # Without the plugin's help: meshrun exec computes each task's environment.
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 \
+      --output "$WORK/job-%j.out" -- /bin/sh -c "$PROBE" 2>err.txt) || fail "meshrun sbatch failed: $out $(cat err.txt)"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    [ -n "$id" ] || fail "no job id in: $out"
+    grep -q "4 ranks on 2 nodes, plugin not used (--plugin no), log $WORK/job-$id.out\$" err.txt ||
+      fail "no log path on stderr: $(cat err.txt)"
+    wait_job "$id"
+    [ "$(job_state "$id")" = COMPLETED ] || fail "job $id: $(job_state "$id"): $(cat "job-$id.out")"
+    check_tasks "job-$id.out" 2 2
+    grep -q "^meshrun: job $id restart 0 on n\[1-2\]: 4 ranks" "job-$id.out" || fail "no banner in job-$id.out"
+    say "job $id: 4 tasks on 2 nodes with the layout's environment (meshrun exec)"
+    ;;
+  sbatch_plugin)
+    # The plugin is installed on this cluster: auto-detection picks it, and the tasks get the same values.
+    T "$MESHRUN_BIN" sbatch "$TINY" --no-site --dry-run >dry.sh || fail "dry run failed"
+    grep -q '^# plugin: installed (`sbatch --help` lists --mesh-tp)' dry.sh || fail "plugin not detected: $(grep plugin dry.sh)"
+    grep -q '^#SBATCH --mesh-tp=2$' dry.sh || fail "no --mesh-tp line in the plugin variant"
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --nodes 2 --gpus-per-node 2 --output "$WORK/job-%j.out" \
+      -- /bin/sh -c "$PROBE") || fail "meshrun sbatch failed: $out"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    [ -n "$id" ] || fail "no job id in: $out"
+    wait_job "$id"
+    [ "$(job_state "$id")" = COMPLETED ] || fail "job $id: $(job_state "$id"): $(cat "job-$id.out")"
+    check_tasks "job-$id.out" 2 2
+    say "job $id: plugin detected, 4 tasks with the plugin's environment"
+    ;;
+  sbatch_refused)
+    # A layout Slurm cannot satisfy is refused before anything is queued; bad input exits 2.
+    before=$(T squeue -h | wc -l)
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --set parallel.tp=3 2>&1); rc=$?
+    [ $rc = 2 ] || fail "rc=$rc for tp=3: $out"
+    echo "$out" | grep -q "invalid layout: .*parallel.tp=3 from set --set parallel.tp=3" || fail "message: $out"
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --set job.partition=nosuch 2>&1); rc=$?
+    [ $rc = 1 ] || fail "rc=$rc for an unknown partition: $out"
+    echo "$out" | grep -q "sbatch failed" || fail "message: $out"
+    [ "$(T squeue -h | wc -l)" = "$before" ] || fail "a job was queued"
+    say "bad layout refused (2), sbatch's refusal reported (1), nothing queued"
+    ;;
+  run_in_salloc)
+    # meshrun run inside an allocation: one srun step with the allocation's geometry.
+    LIMIT=90 T salloc -N2 --ntasks-per-node=2 --gpus-per-node=2 --quiet \
+      "$MESHRUN_BIN" run "$TINY" --no-site --plugin no -- /bin/sh -c "$PROBE" >salloc.out 2>&1 ||
+      fail "salloc meshrun run failed: $(cat salloc.out)"
+    check_tasks salloc.out 2 2
+    # The same through the installed plugin (auto-detected: --mesh-* options on the srun line).
+    LIMIT=90 T salloc -N2 --ntasks-per-node=2 --gpus-per-node=2 --quiet \
+      "$MESHRUN_BIN" run "$TINY" --no-site --dry-run >dry.out 2>&1 || fail "dry run in salloc: $(cat dry.out)"
+    grep -q -- '^srun --mpi=pmix --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=2 --mesh-template=' dry.out ||
+      fail "no plugin srun line: $(head -1 dry.out)"
+    LIMIT=90 T salloc -N2 --ntasks-per-node=2 --gpus-per-node=2 --quiet \
+      "$MESHRUN_BIN" run "$TINY" --no-site -- /bin/sh -c "$PROBE" >plugin.out 2>&1 ||
+      fail "salloc meshrun run (plugin) failed: $(cat plugin.out)"
+    check_tasks plugin.out 2 2
+    say "meshrun run in salloc -N2: 4 tasks, rank = SLURM_PROCID, tp/dp as planned (exec and plugin)"
+    ;;
+  checkpoint_signal)
+    # The generated script relays the checkpoint signal to every rank and requeues once.
+    cat >trap.sh <<'SH'
+#!/bin/sh
+trap 'echo "GOT USR1 rank=$RANK restart=${SLURM_RESTART_COUNT:-0}"; exit 0' USR1
+echo "START rank=$RANK restart=${SLURM_RESTART_COUNT:-0}"
+[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && exit 0
+i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+SH
+    chmod +x trap.sh
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --set checkpoint.dir="$WORK/ck" \
+      --output "$WORK/job-%j.out" -- "$WORK/trap.sh") || fail "meshrun sbatch failed: $out"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    for _ in $(seq 300); do grep -q '^START' "job-$id.out" 2>/dev/null && [ "$(grep -c '^START' "job-$id.out")" = 4 ] && break; sleep 0.1; done
+    # What Slurm does at time limit - lead time: signal the batch shell only (B:).
+    T scancel --batch --signal=USR1 "$id" || fail "scancel --batch failed"
+    # The requeued job then waits for its old credential to expire (~2 min; starting it earlier fails with
+    # "Job credential revoked"), so the check stops at Slurm's side of the requeue.
+    for _ in $(seq 300); do
+      T scontrol show job "$id" | grep -q 'JobState=PENDING Reason=BeginTime' && break
+      sleep 0.1
+    done
+    info=$(T scontrol show job "$id")
+    T scancel "$id"
+    [ "$(grep -c '^GOT USR1 rank=[0-3] restart=0' "job-$id.out")" = 4 ] || fail "not every rank got USR1: $(cat "job-$id.out")"
+    grep -q "requeueing job $id" "job-$id.out" || fail "no requeue: $(cat "job-$id.out")"
+    echo "$info" | grep -q 'JobState=PENDING Reason=BeginTime' || fail "job not pending after the requeue: $info"
+    echo "$info" | grep -q 'Restarts=1 ' || fail "Slurm counts no restart: $info"
+    say "USR1 to the batch shell reached all 4 ranks; the script requeued the job (Restarts=1, pending)"
+    ;;
+  sbatch_trainer)
+    # The default command: meshrun-train over srun --mpi=pmix, 2 nodes x 2 ranks (tp 2 x dp 2).
+    [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 \
+      --set training.steps=3 --output "$WORK/job-%j.out") || fail "meshrun sbatch failed: $out"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    [ -n "$id" ] || fail "no job id in: $out"
+    wait_job "$id"
+    [ "$(job_state "$id")" = COMPLETED ] || fail "job $id: $(job_state "$id"): $(cat "job-$id.out")"
+    grep -q 'layout tp=2 dp=2 .* on 4 ranks' "job-$id.out" || fail "no 4-rank layout line: $(cat "job-$id.out")"
+    grep -q '^step *3/3 | loss' "job-$id.out" || fail "training did not finish: $(cat "job-$id.out")"
+    say "job $id: meshrun-train ran 3 steps on 2 nodes x 2 ranks"
+    ;;
+  *) echo "unknown case '$NAME'"; exit 2 ;;
+esac

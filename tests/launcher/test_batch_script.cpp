@@ -1,0 +1,200 @@
+// Golden tests of the generated batch scripts, plus the rules behind them (signal, requeue, quoting, plugin
+// detection). Regenerate the golden files after an intended change with
+//   MESHRUN_UPDATE_GOLDEN=1 build/tests/launcher/test_launcher "[golden]"
+// and review the diff.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "batch_script.hpp"
+#include "slurm_probe.hpp"
+
+using namespace meshrun;
+using namespace meshrun::launch;
+
+namespace {
+
+const std::string kSrc = MESHRUN_SOURCE_DIR;
+
+Resolved resolve_template(const std::string& name, std::vector<std::string> sets = {}) {
+  ConfigRequest req;
+  req.template_path = kSrc + "/templates/" + name + ".toml";
+  req.use_site = false;
+  req.sets = std::move(sets);
+  return resolve(build_config(req));
+}
+
+// Fixed paths so the scripts do not depend on where the tree or the build lives.
+BatchOptions fixed_options(const std::string& name, bool plugin) {
+  BatchOptions o;
+  o.template_path = "/srv/meshrun/templates/" + name + ".toml";
+  o.meshrun = "/opt/meshrun/bin/meshrun";
+  o.trainer = "/opt/meshrun/bin/meshrun-train";
+  o.plugin = plugin;
+  o.cpus_per_task = 16;
+  return o;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void check_golden(const std::string& file, const std::string& actual) {
+  std::string path = kSrc + "/tests/launcher/golden/" + file;
+  const char* update = std::getenv("MESHRUN_UPDATE_GOLDEN");
+  if (update && std::string(update) == "1") {
+    std::ofstream(path) << actual;
+    WARN("updated " << path);
+  }
+  INFO("golden file " << path << " (MESHRUN_UPDATE_GOLDEN=1 rewrites it)");
+  REQUIRE(std::filesystem::exists(path));
+  CHECK(read(path) == actual);
+}
+
+bool has_line(const std::string& script, const std::string& line) {
+  std::istringstream in(script);
+  std::string l;
+  while (std::getline(in, l))
+    if (l == line) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("batch scripts of every template match their golden files", "[golden]") {
+  for (const char* name : {"tiny", "llama3-8b", "llama3-70b", "llama3-405b", "llama3-405b-128k", "mixtral-8x7b"}) {
+    SECTION(name) {
+      Resolved r = resolve_template(name);
+      check_golden(std::string(name) + ".sbatch", render_batch_script(r, fixed_options(name, false)));
+    }
+  }
+}
+
+TEST_CASE("batch scripts with the SPANK plugin match their golden files", "[golden]") {
+  for (const char* name : {"tiny", "llama3-70b", "mixtral-8x7b"}) {
+    SECTION(name) {
+      Resolved r = resolve_template(name);
+      check_golden(std::string(name) + ".plugin.sbatch", render_batch_script(r, fixed_options(name, true)));
+    }
+  }
+}
+
+TEST_CASE("geometry: one task per GPU on every node") {
+  Resolved r = resolve_template("llama3-70b");
+  std::string s = render_batch_script(r, fixed_options("llama3-70b", false));
+  CHECK(has_line(s, "#SBATCH --nodes=" + std::to_string(r.cluster.nodes)));
+  CHECK(has_line(s, "#SBATCH --ntasks-per-node=8"));
+  CHECK(has_line(s, "#SBATCH --gpus-per-node=8"));
+  CHECK(has_line(s, "#SBATCH --cpus-per-task=16"));
+  CHECK(has_line(s, "#SBATCH --open-mode=append"));
+  // Overrides reach the script: twice the nodes.
+  Resolved r2 = resolve_template("llama3-70b", {"cluster.nodes=" + std::to_string(2 * r.cluster.nodes)});
+  std::string s2 = render_batch_script(r2, fixed_options("llama3-70b", false));
+  CHECK(has_line(s2, "#SBATCH --nodes=" + std::to_string(2 * r.cluster.nodes)));
+  CHECK_FALSE(has_line(s2, "#SBATCH --nodes=" + std::to_string(r.cluster.nodes)));
+}
+
+TEST_CASE("checkpoint signal and requeue follow the [checkpoint] section") {
+  // tiny has no checkpoint directory: no signal, no requeue, the step is exec'd directly.
+  std::string tiny = render_batch_script(resolve_template("tiny"), fixed_options("tiny", false));
+  CHECK(tiny.find("--signal") == std::string::npos);
+  CHECK(tiny.find("--requeue") == std::string::npos);
+  CHECK(tiny.find("\nexec srun ") != std::string::npos);
+
+  std::string on = render_batch_script(resolve_template("tiny", {"checkpoint.dir=ck", "checkpoint.signal_lead_s=300"}),
+                                       fixed_options("tiny", false));
+  CHECK(has_line(on, "#SBATCH --signal=B:USR1@300"));
+  CHECK(has_line(on, "#SBATCH --requeue"));
+  CHECK(on.find("trap 'requested=1; kill -USR1 \"$step\" 2>/dev/null' USR1") != std::string::npos);
+  CHECK(on.find("scontrol requeue") != std::string::npos);
+
+  std::string no_resume = render_batch_script(resolve_template("tiny", {"checkpoint.dir=ck", "checkpoint.resume=false"}),
+                                              fixed_options("tiny", false));
+  CHECK(has_line(no_resume, "#SBATCH --signal=B:USR1@120"));
+  CHECK(no_resume.find("--requeue") == std::string::npos);
+  CHECK(no_resume.find("scontrol requeue") == std::string::npos);
+
+  std::string usr2 = render_batch_script(resolve_template("tiny", {"checkpoint.dir=ck", "checkpoint.signal=SIGUSR2"}),
+                                         fixed_options("tiny", false));
+  CHECK(has_line(usr2, "#SBATCH --signal=B:USR2@120"));
+
+  CHECK_THROWS_WITH(render_batch_script(resolve_template("tiny", {"checkpoint.dir=ck", "checkpoint.signal=KILL"}),
+                                        fixed_options("tiny", false)),
+                    Catch::Contains("checkpoint.signal = \"KILL\"") && Catch::Contains("USR1"));
+}
+
+TEST_CASE("values that would break an #SBATCH line are refused with their source") {
+  Resolved r = resolve_template("tiny", {"job.name=my run"});
+  CHECK_THROWS_WITH(render_batch_script(r, fixed_options("tiny", false)),
+                    Catch::Contains("set --set job.name=my run") && Catch::Contains("space"));
+  Resolved inject = resolve_template("tiny", {"job.partition=gpu\nrm"});
+  CHECK_THROWS_AS(render_batch_script(inject, fixed_options("tiny", false)), ConfigError);
+}
+
+TEST_CASE("the plugin variant passes the resolved layout to Slurm and skips meshrun exec") {
+  Resolved r = resolve_template("tiny", {"parallel.tp=1"});
+  std::string s = render_batch_script(r, fixed_options("tiny", true));
+  CHECK(has_line(s, "#SBATCH --mesh-tp=1"));
+  CHECK(has_line(s, "#SBATCH --mesh-dp=4"));
+  CHECK(has_line(s, "#SBATCH --mesh-template=/srv/meshrun/templates/tiny.toml"));
+  CHECK(s.find("meshrun exec") == std::string::npos);
+  std::string plain = render_batch_script(r, fixed_options("tiny", false));
+  CHECK(plain.find("--mesh-tp") == std::string::npos);
+  CHECK(plain.find("/opt/meshrun/bin/meshrun exec --template /srv/meshrun/templates/tiny.toml") != std::string::npos);
+}
+
+TEST_CASE("a user command replaces the trainer and is quoted for the shell") {
+  BatchOptions o = fixed_options("tiny", false);
+  o.command = {"python", "-c", "import os; print(os.environ['RANK'])"};
+  o.sets = {"--set", "training.steps=3"};
+  std::string s = render_batch_script(resolve_template("tiny"), o);
+  CHECK(s.find("--set training.steps=3 -- python -c 'import os; print(os.environ['\\''RANK'\\''])'") !=
+        std::string::npos);
+  CHECK(s.find("meshrun-train") == std::string::npos);
+}
+
+TEST_CASE("extra #SBATCH options are single options") {
+  BatchOptions o = fixed_options("tiny", false);
+  o.extra = {"--exclusive", "--constraint=h100&ib"};
+  std::string s = render_batch_script(resolve_template("tiny"), o);
+  CHECK(has_line(s, "#SBATCH --exclusive"));
+  CHECK(has_line(s, "#SBATCH --constraint=h100&ib"));
+  for (const char* bad : {"--comment=a b", "exclusive", "--x\nrm -rf /"}) {
+    o.extra = {bad};
+    CHECK_THROWS_WITH(render_batch_script(resolve_template("tiny"), o), Catch::Contains("--sbatch-option"));
+  }
+}
+
+TEST_CASE("shell quoting") {
+  CHECK(shell_quote("templates/tiny.toml") == "templates/tiny.toml");
+  CHECK(shell_quote("--set=a.b=1") == "--set=a.b=1");
+  CHECK(shell_quote("") == "''");
+  CHECK(shell_quote("a b") == "'a b'");
+  CHECK(shell_quote("$HOME") == "'$HOME'");
+  CHECK(shell_quote("it's") == "'it'\\''s'");
+  CHECK(shell_join({"echo", "a b", "c"}) == "echo 'a b' c");
+}
+
+TEST_CASE("plugin detection reads plugstack.conf and its includes") {
+  auto dir = std::filesystem::temp_directory_path() / ("meshrun-plugstack-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "plugstack.conf.d");
+  std::ofstream(dir / "plugstack.conf") << "# site plugins\ninclude " << (dir / "plugstack.conf.d").string()
+                                        << "/*.conf\n";
+  std::ofstream(dir / "plugstack.conf.d" / "pyxis.conf") << "required /usr/lib/slurm/spank_pyxis.so\n";
+  std::string evidence;
+  CHECK_FALSE(plugstack_lists_meshrun((dir / "plugstack.conf").string(), &evidence));
+  std::ofstream(dir / "plugstack.conf.d" / "meshrun.conf")
+      << "# meshrun\noptional /usr/lib/x86_64-linux-gnu/slurm/spank_meshrun.so nccl=auto\n";
+  CHECK(plugstack_lists_meshrun((dir / "plugstack.conf").string(), &evidence));
+  CHECK_THAT(evidence, Catch::Contains("meshrun.conf:2") && Catch::Contains("spank_meshrun.so"));
+  // A commented-out line does not count.
+  std::ofstream(dir / "plugstack.conf.d" / "meshrun.conf") << "#optional /usr/lib/slurm/spank_meshrun.so\n";
+  CHECK_FALSE(plugstack_lists_meshrun((dir / "plugstack.conf").string(), &evidence));
+  std::filesystem::remove_all(dir);
+}

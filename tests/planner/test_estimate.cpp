@@ -1,0 +1,223 @@
+// estimate(): Llama 3 405B Table 4 throughput, memory verdicts, consistency and bad input.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "meshrun/config.hpp"
+#include "meshrun/planner.hpp"
+#include "reference_models.hpp"
+
+using namespace meshrun::planner;
+using meshrun::ConfigError;
+using meshrun::JobConfig;
+
+namespace {
+struct Table4Row {
+  int gpus, tp, cp, pp, seq_len, global_batch;
+  double tflops;  // published TFLOP/s per GPU
+};
+// llama3-405b.md §5 (DP = 8 in row 3, per the note there).
+const Table4Row kTable4[] = {
+    {8192, 8, 1, 16, 8192, 2048, 430},
+    {16384, 8, 1, 16, 8192, 2048, 400},
+    {16384, 8, 16, 16, 131072, 128, 380},
+};
+constexpr double kGiB = double(1 << 30);
+}  // namespace
+
+TEST_CASE("Table 4 layouts: estimated TFLOP/s per GPU within ±15% of the paper on H100", "[planner][table4]") {
+  for (const auto& row : kTable4) {
+    // V = 2 virtual stages and selective recomputation; the paper does not state V (docs/planner.md).
+    JobConfig job = testing::llama3_405b_job(row.gpus, row.tp, row.cp, row.pp, row.seq_len, row.global_batch);
+    Estimate e = estimate(job);
+    INFO("row " << row.gpus << " GPUs, cp " << row.cp << ": " << e.tflops_per_gpu << " TFLOP/s vs " << row.tflops);
+    CHECK(e.layout.dp == row.gpus / (row.tp * row.cp * row.pp));
+    CHECK(e.fits);
+    CHECK(e.tflops_per_gpu == Approx(row.tflops).epsilon(0.15));
+    CHECK(e.mfu == Approx(e.tflops_per_gpu / 989.0));
+  }
+}
+
+TEST_CASE("estimate parts add up and throughput follows from the step time", "[planner][estimate]") {
+  JobConfig job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  Estimate e = estimate(job);
+  const MemoryParts& m = e.memory;
+  CHECK(m.total() == Approx(m.params + m.grads + m.optimizer + m.activations + m.logits + m.comm_buffers + m.reserve));
+  CHECK(e.step_time_s == Approx(e.time.step()));
+  CHECK(e.tokens_per_s_per_gpu == Approx(2048.0 * 8192 / e.step_time_s / 16384));
+  CHECK(e.tflops_per_gpu == Approx(e.model_flops_per_step / e.step_time_s / 16384 / 1e12));
+  CHECK(e.micro_batches == 16);
+  CHECK(e.first_stage_layers == 7);  // Llama 3: one layer fewer on the first and last stage
+  CHECK(e.last_stage_layers == 7);
+  CHECK(e.links.tp == meshrun::Link::nvlink);
+  CHECK(e.links.pp == meshrun::Link::network);
+  CHECK(e.time.pp_bubble > 0);
+  CHECK(e.time.cp_comm == 0);
+
+  // The 128K row pays for its CP K/V exchange; the 8K rows do not.
+  Estimate longctx = estimate(testing::llama3_405b_job(16384, 8, 16, 16, 131072, 128));
+  CHECK(longctx.time.cp_comm > 0);
+  CHECK(longctx.links.cp == meshrun::Link::network);
+}
+
+TEST_CASE("memory: ZeRO stages shard what they promise, overflow names the part", "[planner][memory]") {
+  JobConfig job = testing::llama3_405b_job(8192, 8, 1, 16, 8192, 2048);
+  job.parallel.zero_stage = 0;
+  Estimate z0 = estimate(job);
+  job.parallel.zero_stage = 1;
+  Estimate z1 = estimate(job);
+  job.parallel.zero_stage = 2;
+  Estimate z2 = estimate(job);
+  job.parallel.zero_stage = 3;
+  Estimate z3 = estimate(job);
+  CHECK(z1.memory.optimizer == Approx(z0.memory.optimizer / 64));  // dp·cp = 64
+  CHECK(z1.memory.grads == Approx(z0.memory.grads));
+  CHECK(z2.memory.grads == Approx(z0.memory.grads / 64));
+  CHECK(z3.memory.params == Approx(z0.memory.params / 64));
+  // Mixed precision: bf16 weights, fp32 grads, fp32 master + m + v = 2 + 4 + 12 bytes per parameter.
+  CHECK(z0.memory.grads == Approx(2 * z0.memory.params));
+  CHECK(z0.memory.optimizer == Approx(6 * z0.memory.params));
+  CHECK_FALSE(z0.fits);
+  CHECK(z0.overflow.find("activations") == 0);  // the largest part is named first
+
+  // 70B on one node with full recomputation and no ZeRO: the optimizer state is what overflows.
+  JobConfig small;
+  small.model = testing::llama3_70b();
+  small.cluster = testing::dgx("dgx-h100", 8);
+  small.parallel.tp = 8;
+  small.parallel.sequence_parallel = true;
+  small.training.seq_len = 8192;
+  small.training.global_batch_size = 8;
+  small.training.recompute = "full";
+  Estimate opt = estimate(small);
+  CHECK_FALSE(opt.fits);
+  CHECK(opt.overflow.find("optimizer state") == 0);
+  CHECK(opt.overflow.find("zero_stage") != std::string::npos);
+
+  // No recomputation at 8K on 8,192 GPUs: 32 micro-batches in flight overflow the first stage's memory.
+  job.parallel.zero_stage = 1;
+  job.training.recompute = "none";
+  Estimate none = estimate(job);
+  CHECK_FALSE(none.fits);
+  CHECK(none.overflow.find("activations") == 0);
+  CHECK(none.memory_stage == "first");
+  job.training.recompute = "full";
+  Estimate full = estimate(job);
+  CHECK(full.fits);
+  CHECK(full.time.recompute > 0);
+  CHECK(full.step_time_s > z1.step_time_s);
+
+  // A smaller GPU (catalogue override) turns a fitting layout into an overflowing one.
+  job.training.recompute = "selective";
+  job.cluster.gpu_memory_gib = 40;
+  CHECK_FALSE(estimate(job).fits);
+}
+
+TEST_CASE("pipeline schedules: interleaving and zero-bubble shrink the bubble", "[planner][schedule]") {
+  JobConfig job = testing::llama3_405b_job(8192, 8, 1, 16, 8192, 2048);  // 32 micro-batches per step
+  job.parallel.virtual_stages = 1;
+  job.parallel.pipeline_schedule = "1f1b";
+  job.training.recompute = "full";  // so that every schedule fits
+  Estimate f1b = estimate(job);
+  job.parallel.pipeline_schedule = "gpipe";
+  Estimate gpipe = estimate(job);
+  job.parallel.pipeline_schedule = "zb";
+  Estimate zb = estimate(job);
+  job.parallel.pipeline_schedule = "interleaved";
+  job.parallel.virtual_stages = 4;
+  Estimate inter = estimate(job);
+  // 1F1B: bubble (p−1)·T_mb; total step ∝ (m + p − 1) micro-batch times.
+  const TimeParts& t = f1b.time;
+  const double t_mb = (t.compute + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm) / f1b.micro_batches;
+  CHECK(f1b.time.pp_bubble == Approx(15 * t_mb).epsilon(0.03));
+  CHECK(gpipe.time.pp_bubble == Approx(f1b.time.pp_bubble));
+  CHECK(gpipe.memory.activations > f1b.memory.activations);  // all micro-batches in flight
+  CHECK(zb.time.pp_bubble < f1b.time.pp_bubble / 2);
+  CHECK(inter.time.pp_bubble < f1b.time.pp_bubble / 3);
+  CHECK(inter.memory.activations > f1b.memory.activations);  // × (1 + (p−1)/(p·v)) warm-up depth
+}
+
+TEST_CASE("hardware overrides move the estimate the right way", "[planner][hardware]") {
+  JobConfig job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  Estimate base = estimate(job);
+  CHECK(base.hardware.gpu == "h100-sxm");
+  CHECK(base.hardware.nic_gbps_per_gpu == Approx(50));
+  job.cluster.gpu_bf16_tflops = 2 * 989;
+  CHECK(estimate(job).step_time_s < base.step_time_s);
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.cluster.nic_gbps = 100;  // a quarter of the network bandwidth
+  Estimate slow_net = estimate(job);
+  CHECK(slow_net.time.dp_comm > base.time.dp_comm);
+  CHECK(slow_net.time.pp_bubble > base.time.pp_bubble);
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.cluster.node_type = "dgx-h200";  // more memory, same compute
+  Estimate h200 = estimate(job);
+  CHECK(h200.hardware.gpu == "h200");
+  CHECK(h200.memory_capacity_gib > base.memory_capacity_gib);
+  // Same tensor cores; only the memory-bound elementwise kernels gain from 4.8 vs 3.35 TB/s of HBM.
+  CHECK(h200.tflops_per_gpu > base.tflops_per_gpu);
+  CHECK(h200.tflops_per_gpu < 1.02 * base.tflops_per_gpu);
+}
+
+TEST_CASE("bad input: one line naming the problem and the fix", "[planner][errors]") {
+  JobConfig job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.cluster.node_type = "generic";
+  try {
+    estimate(job);
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    std::string what = e.what();
+    CHECK(what.find("cluster.node_type 'generic'") == 0);
+    CHECK(what.find("set cluster.gpu") != std::string::npos);
+    CHECK(what.find("h100-sxm") != std::string::npos);
+    CHECK(what.find('\n') == std::string::npos);
+  }
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.parallel.tp = 3;
+  job.parallel.dp = 1;
+  CHECK_THROWS_AS(estimate(job), ConfigError);
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.training.recompute = "partial";
+  CHECK_THROWS_WITH(estimate(job), Catch::Contains("training.recompute"));
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.training.grad_dtype = "fp12";
+  CHECK_THROWS_WITH(estimate(job), Catch::Contains("grad_dtype"));
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.parallel.pipeline_schedule = "zb";  // virtual stages need the interleaved schedule
+  CHECK_THROWS_WITH(estimate(job), Catch::Contains("virtual_stages"));
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.cluster.gpu = "h100-pcie";
+  CHECK_THROWS_WITH(estimate(job), Catch::StartsWith("cluster.gpu 'h100-pcie' is not in the planner's catalogue"));
+  // A GPU outside the catalogue is fine when the template gives its figures.
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.cluster.gpu = "mi300x";
+  job.cluster.gpu_bf16_tflops = 1307, job.cluster.gpu_memory_gib = 192, job.cluster.nic_gbps = 400;
+  job.cluster.nvlink_gbps = 448;
+  Estimate custom = estimate(job);
+  CHECK(custom.hardware.gpu == "mi300x");
+  CHECK(custom.mfu == Approx(custom.tflops_per_gpu / 1307));
+}
+
+TEST_CASE("renderers: table and JSON carry the contract keys", "[planner][render]") {
+  JobConfig job = testing::llama3_405b_job(8192, 8, 1, 16, 8192, 2048);
+  job.training.recompute = "none";
+  Estimate e = estimate(job);
+  std::string json = estimate_json(e);
+  for (const char* key : {"\"memory_gib_per_gpu\":{\"total\":", "\"step_time_s\":", "\"tokens_per_s_per_gpu\":",
+                          "\"tflops_per_gpu\":", "\"mfu\":", "\"activations\":", "\"fits\":false", "\"overflow\":\"",
+                          "\"layout\":{\"tp\":8,\"cp\":1,\"pp\":16,\"dp\":64"})
+    CHECK(json.find(key) != std::string::npos);
+  CHECK(json.find("nan") == std::string::npos);
+  CHECK(json.front() == '{');
+  CHECK(json.back() == '}');
+  std::ostringstream table;
+  print_estimate_table(table, e);
+  CHECK(table.str().find("DOES NOT FIT") != std::string::npos);
+  CHECK(table.str().find("overflow: activations") != std::string::npos);
+
+  job.training.recompute = "selective";
+  std::ostringstream ok;
+  print_estimate_table(ok, estimate(job));
+  CHECK(ok.str().find("  fits") != std::string::npos);
+  CHECK(estimate_json(estimate(job)).find("\"overflow\":null") != std::string::npos);
+}

@@ -1,0 +1,160 @@
+// search(): validity of what it returns, drop accounting, and where the Table 4 layouts rank.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "meshrun/config.hpp"
+#include "meshrun/planner.hpp"
+#include "reference_models.hpp"
+
+using namespace meshrun::planner;
+using meshrun::JobConfig;
+
+namespace {
+// Every returned setting must pass the mesh validator and fit.
+void check_returned(const JobConfig& base, const SearchResult& r) {
+  std::vector<meshrun::Problem> problems;
+  meshrun::Cluster cluster = meshrun::resolve_cluster(base.cluster, &problems);
+  REQUIRE(problems.empty());
+  std::set<std::tuple<int, int, int, int, int>> shapes;
+  double previous = 0;
+  for (const Estimate& e : r.top) {
+    JobConfig cfg = base;
+    cfg.training.micro_batch_size = e.micro_batch_size;
+    INFO("tp " << e.layout.tp << " cp " << e.layout.cp << " pp " << e.layout.pp << " dp " << e.layout.dp);
+    CHECK(meshrun::validate(cfg, e.layout, cluster).empty());
+    CHECK(e.layout.world() == cluster.gpus());
+    CHECK(e.fits);
+    CHECK(e.step_time_s >= previous);  // fastest first
+    previous = e.step_time_s;
+    CHECK(shapes.insert({e.layout.tp, e.layout.cp, e.layout.pp, e.layout.dp, e.layout.ep}).second);
+  }
+}
+
+// 1-based rank of a mesh shape in a full search, 0 if absent.
+int rank_of(const SearchResult& r, int tp, int cp, int pp) {
+  for (size_t i = 0; i < r.top.size(); ++i)
+    if (r.top[i].layout.tp == tp && r.top[i].layout.cp == cp && r.top[i].layout.pp == pp) return int(i) + 1;
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("search for Llama 3 405B on 16,384 GPUs returns valid, fitting, ranked layouts", "[planner][search]") {
+  JobConfig job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  SearchResult r = search(job, 10);
+  REQUIRE(r.top.size() == 10);
+  check_returned(job, r);
+  CHECK(r.world == 16384);
+  CHECK(r.dropped_settings[int(Drop::memory)] > 0);
+  CHECK(r.dropped_settings[int(Drop::validator)] == 0);  // the search's rules mirror the mesh validator
+  CHECK(r.dropped_meshes[int(Drop::heads_tp)] > 0);      // e.g. tp = 16 does not divide 8 KV heads
+  int64_t dropped = 0;
+  for (int64_t d : r.dropped_settings) dropped += d;
+  CHECK(r.feasible + dropped == r.settings);
+  for (const Estimate& e : r.top) CHECK(e.layout.tp <= 8);  // TP stays inside the NVLink domain
+  // The order comes from the template and is kept.
+  CHECK(r.top.front().layout.order.str() == "tp-cp-ep-pp-dp");
+}
+
+TEST_CASE("Table 4 layouts are found and close to the search's best", "[planner][search][table4]") {
+  struct Row { int gpus, tp, cp, pp, seq, batch; } rows[] = {
+      {8192, 8, 1, 16, 8192, 2048}, {16384, 8, 1, 16, 8192, 2048}, {16384, 8, 16, 16, 131072, 128}};
+  for (const Row& row : rows) {
+    JobConfig job = testing::llama3_405b_job(row.gpus, row.tp, row.cp, row.pp, row.seq, row.batch);
+    SearchResult all = search(job, 1000);
+    const int rank = rank_of(all, row.tp, row.cp, row.pp);
+    INFO(row.gpus << " GPUs, seq " << row.seq << ": Table 4 layout ranks " << rank << " of " << all.feasible_meshes);
+    REQUIRE(rank > 0);
+    // Within the model's stated accuracy of the best layout it finds, and in the best tenth of all shapes.
+    CHECK(all.top[rank - 1].step_time_s <= 1.15 * all.top.front().step_time_s);
+    CHECK(rank <= std::max<int64_t>(5, all.feasible_meshes / 10));
+    // Its best setting there also matches the published throughput within ±15%.
+    const double published[] = {430, 400, 380};
+    CHECK(all.top[rank - 1].tflops_per_gpu == Approx(published[&row - rows]).epsilon(0.15));
+  }
+}
+
+TEST_CASE("search: nothing fits on too few GPUs, and says so", "[planner][search]") {
+  JobConfig job = testing::llama3_405b_job(8, 8, 1, 1, 8192, 16);
+  SearchResult r = search(job, 5);
+  CHECK(r.top.empty());
+  CHECK(r.feasible == 0);
+  CHECK(r.dropped_settings[int(Drop::memory)] > 0);
+  std::ostringstream table;
+  print_search_table(table, r);
+  CHECK(table.str().find("no setting fits") != std::string::npos);
+  std::string json = search_json(r);
+  CHECK(json.find("\"top\":[]") != std::string::npos);
+  CHECK(json.find("\"reason\":\"memory\"") != std::string::npos);
+}
+
+TEST_CASE("search over an MoE model uses expert parallelism", "[planner][search][moe]") {
+  JobConfig job;
+  job.model = testing::mixtral_8x7b();
+  job.cluster = testing::dgx("dgx-h100", 64);
+  job.training.seq_len = 4096;
+  job.training.global_batch_size = 256;
+  SearchResult r = search(job, 5);
+  REQUIRE_FALSE(r.top.empty());
+  check_returned(job, r);
+  for (const Estimate& e : r.top) {
+    CHECK(8 % e.layout.ep == 0);
+    CHECK((e.layout.dp * e.layout.cp) % e.layout.ep == 0);
+  }
+  CHECK(r.top.front().layout.ep > 1);
+  CHECK(search_json(r).find("\"ep\":") != std::string::npos);
+}
+
+TEST_CASE("search keeps the template's pipeline schedule family", "[planner][search]") {
+  JobConfig job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.parallel.virtual_stages = 1;
+  job.parallel.pipeline_schedule = "zb";
+  SearchResult r = search(job, 5);
+  REQUIRE_FALSE(r.top.empty());
+  for (const Estimate& e : r.top) {
+    CHECK(e.layout.virtual_stages == 1);
+    if (e.layout.pp > 1) CHECK(e.schedule == Schedule::zero_bubble);
+  }
+}
+
+TEST_CASE("search: bad input is a ConfigError", "[planner][search][errors]") {
+  JobConfig job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.parallel.order = "tp-xx-pp-dp";
+  CHECK_THROWS_AS(search(job, 5), meshrun::ConfigError);
+  job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
+  job.cluster.node_type = "no-such-node";
+  CHECK_THROWS_WITH(search(job, 5), Catch::Contains("node_type"));
+}
+
+TEST_CASE("axis links agree with the mesh rank map's groups", "[planner][links]") {
+  // The planner classifies rank 0's group by its largest member; the rank map enumerates every group.
+  const char* orders[] = {"tp-cp-ep-dp-pp", "tp-cp-pp-dp", "tp-dp-cp-pp", "pp-dp-cp-tp"};
+  for (const char* order : orders)
+    for (int ep : {1, 2, 4}) {
+      JobConfig job;
+      job.model = testing::mixtral_8x7b();
+      job.cluster = testing::dgx("dgx-h100", 64);
+      job.parallel.tp = 2, job.parallel.cp = 2, job.parallel.pp = 2, job.parallel.ep = ep;
+      job.parallel.order = order;
+      job.training.seq_len = 4096;
+      job.training.global_batch_size = 64;
+      Estimate e = estimate(job);
+      std::vector<meshrun::Problem> problems;
+      meshrun::Cluster cluster = meshrun::resolve_cluster(job.cluster, &problems);
+      meshrun::RankMap map(e.layout, cluster);
+      auto slowest = [&](meshrun::GroupKind kind) {
+        meshrun::Link worst = meshrun::Link::self;
+        for (const auto& g : map.grid().groups(kind)) worst = std::max(worst, map.link_of(g));
+        return worst;
+      };
+      INFO("order " << order << ", ep " << ep);
+      CHECK(e.links.tp == slowest(meshrun::GroupKind::tp));
+      CHECK(e.links.cp == slowest(meshrun::GroupKind::cp));
+      CHECK(e.links.pp == slowest(meshrun::GroupKind::pp));
+      CHECK(e.links.dp == slowest(meshrun::GroupKind::dp_cp));
+      CHECK(e.links.ep == slowest(meshrun::GroupKind::ep));
+      CHECK(e.links.edp == slowest(meshrun::GroupKind::edp));
+    }
+}

@@ -1,0 +1,158 @@
+// Layout checks against a step's shape, with and without a template; the dry-run text.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "dry_run.hpp"
+#include "step_plan.hpp"
+
+using namespace meshrun::plugin;
+
+namespace {
+MeshOptions opts(std::optional<int> tp, std::optional<int> pp, std::optional<int> dp) {
+  MeshOptions o;
+  o.tp = tp;
+  o.pp = pp;
+  o.dp = dp;
+  return o;
+}
+StepShape step(int nodes, int tasks, int gpus = 0) {
+  StepShape s;
+  s.nodes = nodes;
+  s.tasks = tasks;
+  s.gpus_per_node = gpus;
+  return s;
+}
+bool mentions(const StepPlan& p, const std::string& text) { return p.error_text().find(text) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("a matching layout resolves and dp=auto fills the rest") {
+  auto p = plan_step(opts(2, 2, 2), {}, step(2, 8, 8));
+  REQUIRE(p.problems.empty());
+  REQUIRE(p.layout);
+  CHECK(p.layout->world() == 8);
+  CHECK(p.cluster.gpus_per_node == 4);
+  p = plan_step(opts(2, 2, 0), {}, step(4, 16));
+  REQUIRE(p.layout);
+  CHECK(p.layout->dp == 4);
+  CHECK(p.config.origin_of("parallel.tp").str().find("--mesh-tp=2") != std::string::npos);
+}
+
+TEST_CASE("bad layouts name the problem in --mesh-* terms") {
+  auto p = plan_step(opts(2, 2, 4), {}, step(2, 8));
+  CHECK_FALSE(p.layout);
+  CHECK(mentions(p, "16 ranks but the job has 8 tasks"));
+  CHECK(mentions(p, "--mesh-dp=auto"));
+  p = plan_step(opts(8, 1, 0), {}, step(2, 8));
+  CHECK(mentions(p, "tp=8 spans more than one node"));
+  p = plan_step(opts(1, 1, 0), {}, step(2, 16, 4));
+  CHECK(mentions(p, "8 tasks per node but only 4 GPUs per node"));
+  p = plan_step(opts(1, 1, 0), {}, step(3, 8));
+  CHECK(mentions(p, "do not spread evenly"));
+  MeshOptions ep = opts(1, 1, 0);
+  ep.ep = 3;
+  p = plan_step(ep, {}, step(1, 4));
+  CHECK(mentions(p, "ep=3 does not divide"));
+}
+
+TEST_CASE("without a template the placeholder model is not checked") {
+  // tp=8 does not divide the default model's 4 heads; that must not matter without a template.
+  auto p = plan_step(opts(8, 1, 0), {}, step(1, 8));
+  CHECK(p.problems.empty());
+}
+
+TEST_CASE("with a template, flags win, model checks apply, bad files are reported") {
+  std::string path = std::string(MESHRUN_TEMPLATES_DIR) + "/tiny.toml";
+  MeshOptions o;
+  o.template_file = path;
+  auto p = plan_step(o, {}, step(1, 4));
+  REQUIRE(p.layout);
+  CHECK(p.layout->tp == 2);  // from the template
+  o.tp = 4;
+  p = plan_step(o, {}, step(1, 4));
+  CHECK(mentions(p, "kv_heads"));  // tiny has 2 KV heads: tp=4 is a model error
+  o.tp = 1;
+  p = plan_step(o, {}, step(2, 4));
+  REQUIRE(p.layout);
+  CHECK(p.layout->tp == 1);
+  CHECK(p.layout->dp == 4);
+
+  MeshOptions missing;
+  missing.template_file = "no/such/file.toml";
+  p = plan_step(missing, {}, StepShape{});
+  CHECK(p.problems.size() == 1);
+  CHECK(mentions(p, "no/such/file.toml"));
+
+  std::string bad = "plugin_bad_template.toml";
+  std::ofstream(bad) << "[parallel]\ntp = 2\nbogus = 1\n";
+  MeshOptions b;
+  b.template_file = bad;
+  p = plan_step(b, {}, step(1, 2));
+  CHECK(mentions(p, "bogus"));
+  std::remove(bad.c_str());
+}
+
+TEST_CASE("relative template paths start at the step's directory") {
+  CHECK(resolve_template("a.toml", "/home/u") == "/home/u/a.toml");
+  CHECK(resolve_template("/x/a.toml", "/home/u") == "/x/a.toml");
+  CHECK(resolve_template("a.toml", "") == "a.toml");
+}
+
+TEST_CASE("plugstack default_order is below the template and the flags") {
+  PlugstackArgs site;
+  site.default_order = "tp-cp-pp-dp";
+  auto p = plan_step(opts(2, 2, 0), site, step(1, 8));
+  REQUIRE(p.layout);
+  CHECK(p.layout->order.str().rfind("tp-cp-", 0) == 0);
+  CHECK(p.layout->order.position(meshrun::Axis::pp) < p.layout->order.position(meshrun::Axis::dp));
+  MeshOptions o = opts(2, 2, 0);
+  o.order = "tp-cp-ep-dp-pp";
+  p = plan_step(o, site, step(1, 8));
+  REQUIRE(p.layout);
+  CHECK(p.layout->order.position(meshrun::Axis::dp) < p.layout->order.position(meshrun::Axis::pp));
+}
+
+TEST_CASE("dry run lists every node's ranks and the groups") {
+  auto p = plan_step(opts(2, 2, 0), {}, step(2, 8));
+  std::string text = render_dry_run(p);
+  CHECK(text.find("8 ranks on 2 nodes") != std::string::npos);
+  CHECK(text.find("node 1 (") != std::string::npos);
+  CHECK(text.find("r7[gpu3 tp1 cp0 pp1 dp1") != std::string::npos);
+  CHECK(text.find("group tp: 4 × size 2") != std::string::npos);
+  CHECK(text.find("nothing launched") != std::string::npos);
+  auto bad = plan_step(opts(2, 2, 4), {}, step(2, 8));
+  CHECK(render_dry_run(bad).find("meshrun: tp·cp·pp·dp") == 0);
+}
+
+TEST_CASE("huge sizes are refused without integer overflow") {
+  auto p = plan_step(opts(1 << 20, 1 << 20, 1 << 20), {}, step(2, 8));
+  CHECK_FALSE(p.layout);
+  CHECK(mentions(p, "ranks but the job has 8 tasks"));
+  p = plan_step(opts(2, 3, 0), {}, step(2, 8));
+  CHECK(mentions(p, "tp·cp·pp = 2·1·3 = 6 does not divide the job's 8 tasks"));
+}
+
+TEST_CASE("the step's hostlist names the nodes only when it matches the node count") {
+  StepShape s = step(2, 4);
+  s.hostlist = "n[1-2]";
+  auto p = plan_step(opts(2, 1, 0), {}, s);
+  REQUIRE(p.layout);
+  CHECK(p.cluster.hosts == std::vector<std::string>{"n1", "n2"});
+  s.hostlist = "n[1-4]";  // the job's nodes, not the step's
+  p = plan_step(opts(2, 1, 0), {}, s);
+  REQUIRE(p.layout);
+  CHECK(p.cluster.hosts.size() == 2);
+  CHECK(p.cluster.hosts[0] != "n1");
+}
+
+TEST_CASE("dry run of a big step shows the first and last nodes only") {
+  auto p = plan_step(opts(8, 16, 0), {}, step(256, 2048));
+  REQUIRE(p.layout);
+  std::string text = render_dry_run(p, 4);
+  CHECK(text.find("node 2 (") != std::string::npos);
+  CHECK(text.find("node 3 (") == std::string::npos);
+  CHECK(text.find("... 252 more nodes") != std::string::npos);
+  CHECK(text.find("node 255 (") != std::string::npos);
+  CHECK(text.find("r2047[") != std::string::npos);
+}

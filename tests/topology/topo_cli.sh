@@ -1,0 +1,35 @@
+#!/bin/sh
+# meshrun topo: exit codes and the JSON keys the issue promises.
+set -u
+bin=$1 fixtures=$2 fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+out=$("$bin" topo --no-nvml); rc=$?
+check "live topo exits 0" "[ $rc -eq 0 ]"
+check "live topo prints a table" "echo \"\$out\" | grep -q '^Topology: live'"
+json=$("$bin" topo --xml "$fixtures/dgx-h100.xml" --format json); rc=$?
+check "xml json exits 0" "[ $rc -eq 0 ]"
+for key in '"gpus":' '"index":' '"pci":' '"numa":' '"cpuset":' '"nic":' '"nic_distance":' '"nics":' '"name":' \
+           '"netdev":' '"nvlink":'; do
+  check "json has $key" "echo \"\$json\" | grep -q '$key'"
+done
+check "json is valid" "echo \"\$json\" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d[\"gpus\"])==8'"
+err=$("$bin" topo --xml /nonexistent.xml 2>&1 >/dev/null); rc=$?
+check "missing xml exits 2" "[ $rc -eq 2 ]"
+check "missing xml: one line" "[ \$(echo \"\$err\" | wc -l) -eq 1 ]"
+"$bin" topo --format yaml >/dev/null 2>&1; rc=$?
+check "bad format exits 2" "[ $rc -eq 2 ]"
+"$bin" topo --node-type dgx-h999 >/dev/null 2>&1; rc=$?
+check "bad node type exits 2" "[ $rc -eq 2 ]"
+"$bin" topo --bogus >/dev/null 2>&1; rc=$?
+check "unknown option exits 2" "[ $rc -eq 2 ]"
+# meshrun plan --topology: each rank's NIC and CPU set from the node topology.
+tiny=$(dirname "$fixtures")/../../templates/tiny.toml
+plan=$("$bin" plan "$tiny" --set cluster.node_type=dgx-h100 --set cluster.gpus_per_node=8 \
+       --topology "$fixtures/dgx-h100.xml" --format json); rc=$?
+check "plan --topology exits 0" "[ $rc -eq 0 ]"
+check "plan --topology: rank 5 on mlx5_9, socket 1 CPUs" "echo \"\$plan\" | python3 -c 'import json,sys; r=json.load(sys.stdin)[\"ranks\"][5]; assert r[\"nic\"]==\"mlx5_9\" and r[\"cpus\"]==\"56-111,168-223\", r'"
+err=$("$bin" plan "$tiny" --set cluster.node_type=dgx-h100 --set cluster.gpus_per_node=8 \
+      --topology "$fixtures/gb200-tray.xml" 2>&1 >/dev/null); rc=$?
+check "plan --topology with too few GPUs exits 2" "[ $rc -eq 2 ]"
+check "plan --topology mismatch names the counts" "echo \"\$err\" | grep -q 'has 4 GPU(s) but the cluster has 8'"
+exit $fail

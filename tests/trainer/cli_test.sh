@@ -1,0 +1,71 @@
+#!/bin/bash
+# End-to-end checks of meshrun-train / meshrun-tokenize as a user runs them (real mpirun, real files).
+# usage: cli_test.sh MESHRUN_TRAIN MESHRUN_TOKENIZE TEMPLATE MPIRUN
+set -u
+TRAIN=$1 TOKENIZE=$2 TEMPLATE=$3 MPIRUN=$4
+MPI=("$MPIRUN" --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
+DIR=$(mktemp -d /tmp/meshrun-cli-XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+fail=0
+pass() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+# expect CODE PATTERN DESCRIPTION -- command...
+expect() {
+  local code=$1 pattern=$2 what=$3; shift 4
+  "$@" >"$DIR/out" 2>&1; local rc=$?
+  if [[ $rc -ne $code ]]; then bad "$what: exit $rc, expected $code"; sed 's/^/     | /' "$DIR/out" | head -5; return; fi
+  if [[ -n $pattern ]] && ! grep -q -- "$pattern" "$DIR/out"; then bad "$what: output lacks '$pattern'"; sed 's/^/     | /' "$DIR/out" | head -5; return; fi
+  pass "$what"
+}
+
+# 1. The demo: TP 2 x DP 2, ZeRO-1 on 4 ranks; corpus built at run time from the Debian license texts.
+expect 0 "step    20/20" "tiny.toml trains on 4 ranks" -- "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" \
+  --set data.text=/usr/share/common-licenses --set data.path="$DIR/corpus.bin" --set training.steps=20 \
+  --set checkpoint.save="$DIR/tiny.safetensors" --metrics "$DIR/m.jsonl"
+lines=$(wc -l <"$DIR/m.jsonl" 2>/dev/null || echo 0)
+[[ $lines -eq 20 ]] && pass "metrics: one JSON line per step" || bad "metrics has $lines lines, expected 20"
+first=$(head -1 "$DIR/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+last=$(tail -1 "$DIR/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+for key in step loss grad_norm lr tokens_per_s; do
+  grep -q "\"$key\":" "$DIR/m.jsonl" || bad "metrics lack \"$key\""
+done
+if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }'; then pass "loss falls visibly ($first -> $last)";
+else bad "loss did not fall by 1.0 ($first -> $last)"; fi
+
+# 2. Fine-tuning start: the saved safetensors loads on a different layout (tp 1 x dp 2, ZeRO-3) and
+#    continues from the trained weights (first loss well below ln 256 = 5.55).
+expect 0 "step     1/1" "checkpoint.load on another layout" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" \
+  --set parallel.tp=1 --set parallel.zero_stage=3 --set data.path="$DIR/corpus.bin" --set training.steps=1 \
+  --set checkpoint.load="$DIR/tiny.safetensors" --metrics "$DIR/m2.jsonl"
+l2=$(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/m2.jsonl")
+awk -v a="$l2" 'BEGIN { exit !(a < 4.5) }' && pass "loaded weights are the trained ones (loss $l2)" || bad "loaded model loss $l2 is not trained"
+
+# 3. Bad input: one line, exit 2.
+expect 2 "needs 4 ranks but MPI started 2" "world size differs from the layout" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" \
+  --set parallel.dp=2 --set data.path="$DIR/corpus.bin"
+expect 2 "No such file" "missing token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set data.text= \
+  --set data.path="$DIR/none.bin"
+expect 2 "missing.txt" "missing data.text input" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 \
+  --set data.text="$DIR/missing.txt" --set data.path="$DIR/none.bin"
+[[ ! -e $DIR/none.bin ]] && pass "no partial token file left behind" || bad "a token file was left behind"
+: >"$DIR/empty.bin"
+expect 2 "is empty" "empty token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set data.path="$DIR/empty.bin"
+head -c 100 "$DIR/corpus.bin" >"$DIR/short.bin"
+expect 2 "fewer than one batch" "too-short token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set data.path="$DIR/short.bin"
+expect 2 "did you mean" "misspelled --set key" -- "$TRAIN" "$TEMPLATE" --set trainin.steps=2
+expect 2 "pipeline parallelism" "pp > 1 is refused until it exists" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" \
+  --set parallel.tp=1 --set parallel.pp=2 --set data.path="$DIR/corpus.bin"
+expect 2 "checkpoint.load" "missing checkpoint" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 \
+  --set data.path="$DIR/corpus.bin" --set checkpoint.load="$DIR/none.safetensors"
+expect 2 "not writable" "checkpoint.save into a missing directory (checked before training)" -- "$TRAIN" "$TEMPLATE" \
+  --set parallel.tp=1 --set data.path="$DIR/corpus.bin" --set checkpoint.save="$DIR/no/such/dir/x.safetensors"
+expect 2 "no template" "no arguments" -- "$TRAIN"
+
+# 4. Tokenizer.
+printf 'hello' >"$DIR/h.txt"
+expect 0 "wrote 5 tokens" "meshrun-tokenize" -- "$TOKENIZE" "$DIR/h.bin" "$DIR/h.txt"
+[[ $(stat -c %s "$DIR/h.bin") -eq 10 ]] && pass "uint16 tokens on disk" || bad "h.bin size"
+: >"$DIR/e.txt"
+expect 2 "no bytes" "tokenizing an empty file" -- "$TOKENIZE" "$DIR/e.bin" "$DIR/e.txt"
+expect 2 "usage" "tokenizer without inputs" -- "$TOKENIZE" "$DIR/x.bin"
+exit $fail

@@ -1,0 +1,113 @@
+// Parameter table, layout-independent initialization, learning-rate schedule, fixed-order reductions.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "meshrun/train/comm.hpp"
+#include "meshrun/train/params.hpp"
+#include "meshrun/train/trainer.hpp"
+
+using namespace meshrun;
+using namespace meshrun::train;
+
+TEST_CASE("parameter table uses Hugging Face Llama names and shapes", "[trainer]") {
+  ModelSpec m;
+  m.layers = 2; m.hidden = 16; m.heads = 4; m.kv_heads = 2; m.ffn_hidden = 24; m.vocab = 32;
+  const ParamTable t = build_param_table(m, 1, 0);
+  REQUIRE(t.units.size() == 4);
+  CHECK(t.units[0].tensors[0].name == "model.embed_tokens.weight");
+  CHECK(t.units[0].tensors[0].shape() == std::vector<std::int64_t>{32, 16});
+  const auto& l1 = t.units[2].tensors;
+  CHECK(l1[kK].name == "model.layers.1.self_attn.k_proj.weight");
+  CHECK(l1[kK].shape() == std::vector<std::int64_t>{8, 16});  // kv_heads · head_dim
+  CHECK(l1[kDown].shape() == std::vector<std::int64_t>{16, 24});
+  CHECK(l1[kLn2].shape() == std::vector<std::int64_t>{16});
+  CHECK(t.units[3].tensors[1].name == "lm_head.weight");
+  // 2·(16·32) + 16 + 2·(2·16 + 16·16·2 + 8·16·2 + 3·24·16)
+  CHECK(t.global_size() == 2 * 16 * 32 + 16 + 2 * (2 * 16 + 2 * 256 + 2 * 128 + 3 * 384));
+}
+
+TEST_CASE("a tensor-parallel shard initializes to exactly the serial values", "[trainer]") {
+  ModelSpec m;
+  m.layers = 1; m.hidden = 16; m.heads = 4; m.kv_heads = 2; m.ffn_hidden = 24; m.vocab = 32;
+  const ParamTable full = build_param_table(m, 1, 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    const ParamTable shard = build_param_table(m, 2, rank);
+    for (std::size_t u = 0; u < full.units.size(); ++u) {
+      std::vector<float> a(full.units[u].size), b(shard.units[u].size);
+      init_unit(a.data(), full.units[u], 42, m.layers);
+      init_unit(b.data(), shard.units[u], 42, m.layers);
+      for (std::size_t k = 0; k < full.units[u].tensors.size(); ++k) {
+        const TensorSlot& tf = full.units[u].tensors[k];
+        const TensorSlot& ts = shard.units[u].tensors[k];
+        for (std::int64_t i = 0; i < ts.numel(); ++i) {
+          const std::int64_t g = ts.global_index(i);  // same as tf's index g: tf is unsplit
+          REQUIRE(b[ts.offset + i] == a[tf.offset + g]);
+        }
+      }
+    }
+  }
+  // And a different seed or name gives different values (the hash really is keyed by them).
+  CHECK(init_value(1, "model.layers.0.mlp.up_proj.weight", 5, 1) != init_value(2, "model.layers.0.mlp.up_proj.weight", 5, 1));
+  CHECK(init_value(1, "model.layers.0.mlp.up_proj.weight", 5, 1) != init_value(1, "model.layers.0.mlp.gate_proj.weight", 5, 1));
+  CHECK(init_value(1, "model.norm.weight", 3, 1) == 1.0);
+}
+
+TEST_CASE("initial weights have the intended spread", "[trainer]") {
+  double s = 0, s2 = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const double v = init_value(9, "model.layers.0.mlp.up_proj.weight", i, 4);
+    s += v;
+    s2 += v * v;
+  }
+  CHECK(std::abs(s / n) < 0.001);
+  CHECK(std::sqrt(s2 / n) == Approx(0.02).epsilon(0.03));
+  double o2 = 0;
+  for (int i = 0; i < n; ++i) o2 += std::pow(init_value(9, "model.layers.0.self_attn.o_proj.weight", i, 4), 2);
+  CHECK(std::sqrt(o2 / n) == Approx(0.02 / std::sqrt(8.0)).epsilon(0.03));
+}
+
+TEST_CASE("tensor parallelism that does not divide the model is refused with a clear line", "[trainer]") {
+  ModelSpec m;
+  m.hidden = 16; m.heads = 4; m.kv_heads = 2; m.ffn_hidden = 24; m.vocab = 30;
+  CHECK_THROWS_WITH(build_param_table(m, 4, 0), Catch::Contains("kv_heads"));
+  m.kv_heads = 4;
+  CHECK_THROWS_WITH(build_param_table(m, 4, 0), Catch::Contains("vocab"));
+}
+
+TEST_CASE("learning rate: linear warmup then cosine to min_lr", "[trainer]") {
+  TrainingSpec t;
+  t.lr = 1.0; t.min_lr = 0.1; t.warmup_steps = 4; t.steps = 14;
+  CHECK(lr_at(t, 0) == Approx(0.25));
+  CHECK(lr_at(t, 3) == Approx(1.0));
+  CHECK(lr_at(t, 4) == Approx(1.0));
+  CHECK(lr_at(t, 13) == Approx(0.1));
+  CHECK(lr_at(t, 9) < 1.0);
+  CHECK(lr_at(t, 9) > 0.1);
+  CHECK(lr_at(t, 8) > lr_at(t, 9));
+}
+
+TEST_CASE("loss is normalized by the global number of target tokens", "[trainer]") {
+  TrainingSpec t;
+  t.global_batch_size = 12; t.seq_len = 32;
+  CHECK(loss_normalizer(t) == 1.0 / 384.0);
+}
+
+TEST_CASE("reductions are fixed-order: ((x0 + x1) + x2)", "[trainer][comm]") {
+  // In float, (1 + 1e8) − 1e8 = 0 but 1 + (1e8 − 1e8) = 1: the block order must be followed exactly.
+  const float blocks[3] = {1.0f, 1e8f, -1e8f};
+  float out = -1;
+  reduce_blocks(&out, blocks, 3, 1, DType::f32, ReduceOp::sum);
+  CHECK(out == 0.0f);
+  const double mx[3] = {1.0, 5.0, -2.0};
+  double m = 0;
+  reduce_blocks(&m, mx, 3, 1, DType::f64, ReduceOp::max);
+  CHECK(m == 5.0);
+  LocalComm c;
+  float x[2] = {1, 2}, y[2] = {0, 0};
+  c.all_gather(x, y, 2);
+  CHECK(y[1] == 2);
+  CHECK_THROWS(c.send(x, 1, DType::f32, 0, 0));
+}

@@ -1,0 +1,69 @@
+// Token data: a raw little-endian token file (nanoGPT .bin: no header, uint16 or uint32 per token),
+// memory-mapped, and the batch schedule that maps (step, sequence) to a window of it.
+//
+// Step s takes a global batch of B sequences of S+1 tokens. Without shuffle, sequence i of step s
+// starts at token (s·B + i)·S (wrapping to the start when the file is used up); with shuffle, the
+// k-th sequence of an epoch is window perm_epoch(k) of a seeded permutation (counter-based, so every
+// rank computes the same one). Data-parallel rank r takes sequences [r·B/N, (r+1)·B/N).
+#pragma once
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace meshrun::train {
+
+struct DataError : std::exception {
+  explicit DataError(std::string m) : msg(std::move(m)) {}
+  const char* what() const noexcept override { return msg.c_str(); }
+  std::string msg;
+};
+
+class TokenFile {
+ public:
+  // Throws DataError naming the file and the fix when it is missing, empty, not a whole number of
+  // tokens, holds an id >= vocab, or is shorter than one batch (B·S + 1 tokens).
+  TokenFile(const std::string& path, const std::string& token_dtype, std::int64_t vocab, std::int64_t seq_len,
+            std::int64_t global_batch);
+  ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  std::int64_t tokens() const { return n_; }
+  std::int64_t windows() const { return windows_; }  // sequences of S+1 tokens that fit, stepping by S
+  std::int32_t at(std::int64_t i) const;
+
+ private:
+  void unmap();
+  std::string path_;
+  const unsigned char* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  int width_ = 2;
+  std::int64_t n_ = 0, windows_ = 0;
+};
+
+class BatchSchedule {
+ public:
+  BatchSchedule(const TokenFile& file, std::int64_t seq_len, std::int64_t global_batch, bool shuffle,
+                std::uint64_t seed);
+  // First token of global sequence `index` (= step·B + i).
+  std::int64_t window_start(std::int64_t index) const;
+  // ids[0..S) and targets[0..S) of global sequence `index`.
+  void sequence(std::int64_t index, std::int32_t* ids, std::int32_t* targets) const;
+
+ private:
+  const TokenFile& file_;
+  std::int64_t seq_, batch_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  mutable std::int64_t perm_epoch_ = -1;
+  mutable std::vector<std::int64_t> perm_;
+};
+
+// Byte-level tokenization: every byte of the UTF-8 input becomes one token (ids 0..255).
+// Inputs are files or directories (their regular files, sorted by name). Returns the token count.
+// Throws DataError on unreadable input or an empty result.
+std::int64_t tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_path,
+                            const std::string& token_dtype);
+
+}  // namespace meshrun::train

@@ -1,0 +1,57 @@
+// Safetensors files (huggingface/safetensors format): an 8-byte little-endian header length, a JSON
+// header {"name": {"dtype", "shape", "data_offsets": [begin, end)}, "__metadata__": {...}}, then the
+// payload. Written with F32/F64; read with F32, F64 or BF16 (released checkpoints), converted to T.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace meshrun::train {
+
+struct SafetensorsError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct TensorEntry {
+  std::string dtype;  // "F32", "F64", "BF16", ...
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin = 0, end = 0;  // byte offsets into the payload
+};
+
+class SafetensorsFile {
+ public:
+  // Reads and checks the whole file: a malformed header or a tensor whose bytes lie past the end of
+  // the file (truncated payload) is a SafetensorsError naming the file and the tensor.
+  explicit SafetensorsFile(const std::string& path);
+  const TensorEntry* find(const std::string& name) const;
+  std::vector<std::string> names() const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Tensor `name` as T; a missing tensor, a different shape or an unsupported dtype is a
+  // SafetensorsError naming the tensor.
+  template <class T>
+  std::vector<T> read(const std::string& name, const std::vector<std::int64_t>& expected_shape) const;
+
+ private:
+  std::string path_;
+  std::string bytes_;
+  std::size_t payload_ = 0;  // offset of the payload in bytes_
+  std::map<std::string, TensorEntry> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct TensorToWrite {
+  std::string name;
+  std::string dtype;  // "F32" or "F64"
+  std::vector<std::int64_t> shape;
+  const void* data;
+  std::size_t bytes;
+};
+// Writes atomically (temporary file, then rename).
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata);
+
+std::string shape_text(const std::vector<std::int64_t>& shape);  // "[64, 256]"
+
+}  // namespace meshrun::train

@@ -1,0 +1,268 @@
+// meshrun-train: one process per rank (mpirun / srun --mpi=pmix). Layout and groups come from mesh/.
+#include <mpi.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "meshrun/config.hpp"
+#include "meshrun/json.hpp"
+#include "meshrun/layout.hpp"
+#include "meshrun/train/cli.hpp"
+#include "meshrun/train/safetensors.hpp"
+#include "meshrun/train/trainer.hpp"
+
+extern char** environ;
+
+namespace meshrun::train {
+
+namespace {
+
+const char* kUsage =
+    "usage: meshrun-train TEMPLATE.toml [--set section.key=value ...] [--metrics FILE.jsonl]\n"
+    "                     [--site FILE | --no-site]\n"
+    "  Trains the template's model with its [parallel] layout; the MPI world must equal tp·cp·pp·dp.\n"
+    "  Configuration layers as everywhere in meshrun: defaults < site file < template < environment < --set.\n"
+    "  checkpoint.load / checkpoint.save name safetensors files (Hugging Face Llama names).\n";
+
+struct Args {
+  std::string template_path, metrics, site;
+  bool use_site = true;
+  std::vector<std::string> sets;
+};
+
+// Thrown for input errors: one line, exit 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto next = [&](const char* flag) {
+      if (i + 1 >= argc) throw InputError(std::string(flag) + " needs a value; see meshrun-train --help");
+      return std::string(argv[++i]);
+    };
+    if (s == "--set") a.sets.push_back(next("--set"));
+    else if (s.rfind("--set=", 0) == 0) a.sets.push_back(s.substr(6));
+    else if (s == "--metrics") a.metrics = next("--metrics");
+    else if (s.rfind("--metrics=", 0) == 0) a.metrics = s.substr(10);
+    else if (s == "--site") a.site = next("--site");
+    else if (s == "--no-site") a.use_site = false;
+    else if (!s.empty() && s[0] == '-') throw InputError("unknown option " + s + "; see meshrun-train --help");
+    else if (a.template_path.empty()) a.template_path = s;
+    else throw InputError("unexpected argument " + s + " (one template only); see meshrun-train --help");
+  }
+  if (a.template_path.empty()) throw InputError("no template given; usage: meshrun-train TEMPLATE.toml [--set k=v ...]");
+  return a;
+}
+
+// All ranks agree on success; false everywhere if any rank failed.
+bool all_ok(bool ok) {
+  int v = ok ? 1 : 0, r = 0;
+  MPI_Allreduce(&v, &r, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return r == 1;
+}
+
+std::string mib(std::int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return b;
+}
+
+std::int64_t max_rss_bytes() {
+  struct rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// Builds data.path from data.text when the token file is missing (rank 0 writes, the rest wait).
+void ensure_token_file(const JobConfig& cfg, int rank) {
+  namespace fs = std::filesystem;
+  std::string err;
+  if (rank == 0 && !cfg.data.path.empty() && !cfg.data.text.empty() && !fs::exists(cfg.data.path)) {
+    try {
+      std::vector<std::string> inputs;
+      std::stringstream ss(cfg.data.text);
+      for (std::string part; std::getline(ss, part, ',');)
+        if (!part.empty()) inputs.push_back(part);
+      const fs::path parent = fs::path(cfg.data.path).parent_path();
+      if (!parent.empty()) fs::create_directories(parent);
+      const auto n = tokenize_bytes(inputs, cfg.data.path, cfg.data.token_dtype);
+      std::printf("meshrun-train: tokenized %s into %s (%lld byte tokens)\n", cfg.data.text.c_str(),
+                  cfg.data.path.c_str(), static_cast<long long>(n));
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  if (!all_ok(err.empty())) throw InputError(err.empty() ? "building the token file failed on rank 0" : err);
+}
+
+template <class T>
+int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank) {
+  const RankGrid grid(layout);
+  Groups groups = make_mpi_groups(MPI_COMM_WORLD, grid);
+  ensure_token_file(cfg, rank);
+  std::unique_ptr<TokenFile> file;
+  std::string err;
+  try {
+    file = std::make_unique<TokenFile>(cfg.data.path, cfg.data.token_dtype, cfg.model.vocab, cfg.training.seq_len,
+                                       cfg.training.global_batch_size);
+  } catch (const DataError& e) {
+    err = e.what();
+  }
+  if (!all_ok(err.empty())) throw InputError(err.empty() ? "the token file failed to load on another rank" : err);
+  const BatchSchedule schedule(*file, cfg.training.seq_len, cfg.training.global_batch_size, cfg.data.shuffle,
+                               cfg.training.seed);
+
+  Trainer<T> trainer(cfg, grid, rank, groups);
+  if (cfg.checkpoint.load.empty()) {
+    trainer.init_params();
+  } else {
+    try {
+      trainer.load(cfg.checkpoint.load);
+    } catch (const SafetensorsError& e) {
+      err = e.what();
+    }
+    if (!all_ok(err.empty())) throw InputError(err.empty() ? "loading the checkpoint failed on another rank" : err);
+  }
+
+  // Fail now, not after training, if the final weights cannot be written.
+  if (rank == 0 && !cfg.checkpoint.save.empty()) {
+    const std::filesystem::path parent = std::filesystem::absolute(cfg.checkpoint.save).parent_path();
+    if (::access(parent.c_str(), W_OK) != 0)
+      err = "checkpoint.save = " + cfg.checkpoint.save + ": directory " + parent.string() +
+            " does not exist or is not writable; create it or change checkpoint.save";
+  }
+  if (!all_ok(err.empty())) throw InputError(err.empty() ? "checkpoint.save is not writable" : err);
+
+  std::FILE* metrics = nullptr;
+  if (rank == 0 && !args.metrics.empty()) {
+    metrics = std::fopen(args.metrics.c_str(), "w");
+    if (!metrics) err = "cannot write metrics file " + args.metrics + "; check the directory";
+  }
+  if (!all_ok(err.empty())) throw InputError(err.empty() ? "metrics file" : err);
+
+  if (rank == 0) {
+    std::printf("meshrun-train: %s, %lld parameters, %s; layout tp=%d dp=%d zero=%d sp=%s on %d ranks (%s)\n",
+                cfg.model.name.c_str(), static_cast<long long>(trainer.table().global_size()), cfg.training.dtype.c_str(),
+                layout.tp, layout.dp, layout.zero_stage, layout.sequence_parallel ? "on" : "off", layout.world(),
+                layout.order.str().c_str());
+    std::fflush(stdout);
+  }
+  for (int s = 0; s < cfg.training.steps; ++s) {
+    const StepStats st = trainer.step(s, schedule);
+    if (rank != 0) continue;
+    std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step\n", st.step,
+                cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, st.ms);
+    if (s == 0) {  // after one step the transient peak includes gathered units (ZeRO-3) and scratch
+      const MemoryReport m = trainer.memory();
+      std::printf("meshrun-train: memory per rank (ZeRO-%d): params %s, grads %s, optimizer %s, transient peak %s, "
+                  "total %s (process max RSS %s)\n",
+                  layout.zero_stage, mib(m.params).c_str(), mib(m.grads).c_str(), mib(m.optimizer).c_str(),
+                  mib(m.transient_peak).c_str(), mib(m.total()).c_str(), mib(max_rss_bytes()).c_str());
+    }
+    std::fflush(stdout);
+    if (metrics) {
+      std::string line;
+      JsonWriter w(line);
+      w.begin_object()
+          .field("step", st.step)
+          .field("loss", st.loss)
+          .field("grad_norm", st.grad_norm)
+          .field("lr", st.lr)
+          .field("tokens_per_s", st.tokens_per_s)
+          .field("ms_per_step", st.ms)
+          .field("memory_bytes", trainer.memory().total())
+          .end_object();
+      std::fprintf(metrics, "%s\n", line.c_str());
+      std::fflush(metrics);
+    }
+  }
+  if (metrics) std::fclose(metrics);
+  if (!cfg.checkpoint.save.empty()) {
+    trainer.save(cfg.checkpoint.save);
+    if (rank == 0) std::printf("meshrun-train: saved %s\n", cfg.checkpoint.save.c_str());
+  }
+  return 0;
+}
+
+int run(int argc, char** argv, int rank, int world) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
+      if (rank == 0) std::fputs(kUsage, stdout);
+      return 0;
+    }
+  const Args args = parse_args(argc, argv);
+  ConfigRequest req;
+  req.template_path = args.template_path;
+  req.site_path = args.site;
+  req.use_site = args.use_site;
+  const auto env = environment_map(environ);
+  req.environment = &env;
+  req.sets = args.sets;
+  const Config config = build_config(req);
+  const JobConfig& cfg = config.job;
+
+  std::vector<Problem> problems;
+  const std::optional<Layout> layout = resolve_layout(cfg.parallel, world, &problems);
+  if (!layout || !problems.empty())
+    throw InputError(problems.empty() ? "parallel: cannot resolve the layout" : problems.front().message);
+  if (layout->world() != world)
+    throw InputError("the layout tp·cp·pp·dp = " + std::to_string(layout->tp) + "·" + std::to_string(layout->cp) + "·" +
+                     std::to_string(layout->pp) + "·" + std::to_string(layout->dp) + " needs " +
+                     std::to_string(layout->world()) + " ranks but MPI started " + std::to_string(world) +
+                     "; run mpirun -np " + std::to_string(layout->world()) + " or set parallel.dp = \"auto\"");
+  // On CPU the "cluster" is whatever MPI gives: one shared-memory node holding every rank.
+  ClusterSpec spec;
+  spec.nodes = 1;
+  spec.gpus_per_node = world;
+  spec.nvlink_domain_gpus = world;
+  spec.node_type = "generic";
+  const Cluster cluster = resolve_cluster(spec, &problems);
+  problems = validate(cfg, *layout, cluster);
+  if (!problems.empty()) throw InputError(problems.front().message);
+  if (const std::string why = check_train_setup(cfg, *layout); !why.empty()) throw InputError(why);
+  try {
+    (void)build_param_table(cfg.model, layout->tp, 0);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+  return cfg.training.dtype == "fp64" ? train<double>(cfg, *layout, args, rank)
+                                      : train<float>(cfg, *layout, args, rank);
+}
+
+}  // namespace
+
+int train_main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int code = 0;
+  try {
+    code = run(argc, argv, rank, world);
+  } catch (const ConfigError& e) {
+    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", e.what());
+    code = 2;
+  } catch (const InputError& e) {
+    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", e.what());
+    code = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshrun-train: rank %d: %s\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  MPI_Finalize();
+  return code;
+}
+
+}  // namespace meshrun::train

@@ -1,0 +1,2 @@
+#include "meshrun/train/cli.hpp"
+int main(int argc, char** argv) { return meshrun::train::tokenize_main(argc, argv); }
