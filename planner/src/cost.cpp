@@ -41,7 +41,32 @@ AxisLinks axis_links(const Layout& layout, const Cluster& cluster) {
     std::vector<int> g = grid.group_of(0, kind);
     return int64_t(g.back());
   };
+  // Islands (NVLink domains, else nodes: contiguous blocks of `unit` ranks) spanned by rank 0's group.
+  // Members of a dense group are i·s_inner + j·s_outer; counted arithmetically where the strides allow
+  // (a member at least `unit` above another is on a later island), else by enumerating the group.
+  const int64_t unit = cluster.nvlink_domain_gpus > 1 ? cluster.nvlink_domain_gpus : gpn;
+  auto enumerate = [&](GroupKind kind) {
+    int count = 0;
+    int64_t previous = -1;
+    for (int r : grid.group_of(0, kind))
+      if (r / unit != previous) ++count, previous = r / unit;
+    return count;
+  };
+  auto islands = [&](GroupKind kind, int n_in, int64_t s_in, int n_out, int64_t s_out) {
+    if (n_in * int64_t(n_out) <= 1) return 1;
+    if (n_in == 1) n_in = n_out, s_in = s_out, n_out = 1, s_out = 0;
+    if (n_out > 1 && s_out < s_in) std::swap(n_in, n_out), std::swap(s_in, s_out);
+    if (s_in >= unit) return n_in * n_out;
+    if (unit % s_in == 0 && (n_out == 1 || s_out % unit == 0)) return n_out * int(((n_in - 1) * s_in) / unit + 1);
+    return enumerate(kind);
+  };
+  const int64_t s_tp = grid.stride(Axis::tp), s_cp = grid.stride(Axis::cp), s_dp = grid.stride(Axis::dp);
   AxisLinks l;
+  l.tp_islands = islands(GroupKind::tp, layout.tp, s_tp, 1, 0);
+  l.cp_islands = islands(GroupKind::cp, layout.cp, s_cp, 1, 0);
+  l.dp_islands = islands(GroupKind::dp_cp, layout.cp, s_cp, layout.dp, s_dp);
+  l.ep_islands = layout.ep > 1 ? enumerate(GroupKind::ep) : 1;  // expert groups fold into cp·dp
+  l.edp_islands = layout.ep > 1 ? enumerate(GroupKind::edp) : l.dp_islands;
   l.tp = link(layout.tp, span(Axis::tp, layout.tp));
   l.cp = link(layout.cp, span(Axis::cp, layout.cp));
   l.pp = link(layout.pp, span(Axis::pp, layout.pp));
@@ -72,6 +97,22 @@ CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
       params_total_(p_.total(cfg.model.layers)),
       capacity_(hw.memory_gib * double(1 << 30)),
       model_flops_step_(model_flops_per_token(cfg.model, seq_) * double(seq_) * global_batch_) {}
+
+double CostModel::ring_latency(int n, int islands, Link link) const {
+  if (n <= 1 || link == Link::self) return 0.0;
+  const double intra = hw_.nvlink_gbps > 0 ? k_.hop_latency_nvlink_s : k_.hop_latency_pcie_s;
+  const double inside = link == Link::pcie ? k_.hop_latency_pcie_s : intra;
+  islands = std::clamp(islands, 1, n);
+  return k_.collective_base_latency_s + double(n - islands) * inside + double(islands - 1) * k_.hop_latency_network_s;
+}
+
+double CostModel::p2p_latency(Link link) const {
+  if (link == Link::self) return 0.0;
+  const double hop = link == Link::network ? k_.hop_latency_network_s
+                     : link == Link::pcie  ? k_.hop_latency_pcie_s
+                                           : k_.hop_latency_nvlink_s;
+  return k_.collective_base_latency_s + hop;
+}
 
 double CostModel::bandwidth(Link link) const {
   double gbps = 0;

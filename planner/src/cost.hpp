@@ -57,6 +57,10 @@ class CostModel {
   MemoryParts stage_memory(const Setting& s, int layers, int rank) const;
   LayerCost layer_cost(const Setting& s, const AxisLinks& links) const;
   double bandwidth(Link link) const;  // bytes/s achieved by collectives
+  // Start-up latency of one ring all-gather or reduce-scatter over n ranks on `islands` NVLink domains or
+  // nodes (NCCL's tuning model), and of one point-to-point transfer (or all-to-all) over `link`.
+  double ring_latency(int n, int islands, Link link) const;
+  double p2p_latency(Link link) const;
 
   const ModelSpec& m_;
   Hardware hw_;

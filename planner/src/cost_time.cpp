@@ -48,17 +48,22 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   c.fwd = mm_time + attn_time + elementwise_time;
 
   // Exposed collectives per layer per micro-batch and direction (backward moves the same volume), each
-  // with its start-up latency.
-  const double lat = k_.collective_latency_s;
-  c.tp = s.tp > 1 ? 4.0 * ((t - 1) / t * tokens * m_.hidden * act_ / bandwidth(links.tp) + lat) : 0.0;
+  // with its start-up latency (ring steps over the group, NCCL's model).
+  const double tp_lat = ring_latency(s.tp, links.tp_islands, links.tp);
+  c.tp = s.tp > 1 ? 4.0 * ((t - 1) / t * tokens * m_.hidden * act_ / bandwidth(links.tp) + tp_lat) : 0.0;
+  // CP: one all-gather of K, V (forward) or one reduce-scatter of dK, dV; time() counts how many.
   const double kv_bytes = double(seq_) * s.micro_batch * 2.0 * m_.kv_heads * m_.head_dim() / t * act_;
-  c.cp = s.cp > 1 ? double(s.cp - 1) / s.cp * kv_bytes / bandwidth(links.cp) + lat : 0.0;
+  c.cp = s.cp > 1 ? double(s.cp - 1) / s.cp * kv_bytes / bandwidth(links.cp) +
+                        ring_latency(s.cp, links.cp_islands, links.cp)
+                  : 0.0;
   const double a2a_bytes = tokens * m_.top_k * m_.hidden * act_ / sp_div;  // dispatch or combine
-  c.ep = (moe && s.ep > 1) ? 2.0 * (double(s.ep - 1) / s.ep * a2a_bytes / bandwidth(links.ep) + lat) : 0.0;
+  c.ep = (moe && s.ep > 1)
+             ? 2.0 * (double(s.ep - 1) / s.ep * a2a_bytes / bandwidth(links.ep) + p2p_latency(links.ep))
+             : 0.0;
   const double head_n = std::min(tokens, double(m_.hidden));
   c.head = tokens * fwd_head_flops_per_token(m_) / t /
            (peak * k_.matmul_efficiency * gemm_factor(head_n, k_.gemm_half_size));
-  c.p2p = tokens * m_.hidden * act_ / sp_div / bandwidth(links.pp) + lat;
+  c.p2p = tokens * m_.hidden * act_ / sp_div / bandwidth(links.pp) + p2p_latency(links.pp);
   return c;
 }
 
@@ -66,7 +71,7 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
   const LayerCost c = layer_cost(s, links);
   const int micro = global_batch_ / (s.dp * s.micro_batch);
   const bool moe = m_.experts > 0;
-  const double t = s.tp, lat = k_.collective_latency_s;
+  const double t = s.tp;
   const double again = s.recompute == Recompute::full ? 1.0 : 0.0;  // full recompute re-runs the forward
 
   // The slowest rank per micro-batch: most layers, or the last rank's layers plus the output head.
@@ -75,7 +80,9 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
     p.compute = layers * 3 * c.fwd + (with_head ? 3 * c.head : 0);
     p.recompute = layers * (again * c.fwd + c.selective);
     p.tp_comm = layers * (2 + again) * c.tp;
-    p.cp_comm = layers * (2 + again) * c.cp;
+    // CP: the forward all-gathers K, V; the backward all-gathers them again (only the local shard is saved,
+    // see the memory model) and reduce-scatters dK, dV. Full recomputation's gather serves the backward.
+    p.cp_comm = layers * 3 * c.cp;
     p.ep_comm = layers * (2 + again) * c.ep;
     return p;
   };
@@ -117,10 +124,10 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
     const double hidden = std::min(comm, window);
     return comm - hidden + k_.overlap_cost * hidden;
   };
-  auto dp_exposed = [&](double params, double n, Link link) {
+  auto dp_exposed = [&](double params, double n, int islands, Link link) {
     if (n <= 1 || params <= 0) return 0.0;
     const double bw = bandwidth(link), share = (n - 1) / n;
-    const double calls = layers_dp * lat;  // collectives are issued per layer (bucket)
+    const double calls = layers_dp * ring_latency(int(n), islands, link);  // issued per layer (bucket)
     const double ag = params * pb_ * share / bw + calls, rs = params * gb_ * share / bw + calls;
     switch (s.zero) {
       case 0: return behind(2 * rs, t_b_stage);
@@ -130,7 +137,8 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
     }
   };
   const double n_dp = double(s.dp) * s.cp;
-  step.dp_comm = dp_exposed(dense_params, n_dp, links.dp) + dp_exposed(expert_params, n_dp / s.ep, links.edp);
+  step.dp_comm = dp_exposed(dense_params, n_dp, links.dp_islands, links.dp) +
+                 dp_exposed(expert_params, n_dp / s.ep, links.edp_islands, links.edp);
 
   // Optimizer step: read and write parameters, gradients and optimizer state of the local shard.
   const double shard = s.zero >= 1 ? n_dp : 1.0;

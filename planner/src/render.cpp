@@ -165,17 +165,25 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
     os << "  no setting fits: add GPUs, use GPUs with more memory, or shorten the sequence\n";
     return;
   }
-  os << "   #  tp  cp  pp     dp  ep  schedule     v  mb  zero  recompute  mem GiB   step s  tok/s/GPU  TFLOP/s    MFU\n";
+  os << "   #  tp  cp  pp     dp  ep  schedule     v  mb  zero  recompute  mem GiB   step s  vs best  tok/s/GPU  "
+        "TFLOP/s    MFU\n";
   int rank = 0;
   for (const Estimate& e : r.top) {
     const Layout& l = e.layout;
     char line[256];
-    std::snprintf(line, sizeof line, "  %2d %3d %3d %3d %6d %3d  %-11s %2d %3d  %4d  %-9s %8.1f %8.3f %10.0f %8.0f %5.1f%%\n",
+    std::snprintf(line, sizeof line,
+                  "  %2d %3d %3d %3d %6d %3d  %-11s %2d %3d  %4d  %-9s %8.1f %8.3f %+7.1f%% %10.0f %8.0f %5.1f%%\n",
                   ++rank, l.tp, l.cp, l.pp, l.dp, l.ep, schedule_name(e.schedule), l.virtual_stages,
                   e.micro_batch_size, l.zero_stage, recompute_name(e.recompute), e.memory.total() / kGiB,
-                  e.step_time_s, e.tokens_per_s_per_gpu, e.tflops_per_gpu, 100 * e.mfu);
+                  e.step_time_s, 100 * (e.step_time_s / r.top.front().step_time_s - 1), e.tokens_per_s_per_gpu,
+                  e.tflops_per_gpu, 100 * e.mfu);
     os << line;
   }
+  if (r.config_rank > 0)
+    os << "  the template's own shape ranks " << r.config_rank << " of " << r.feasible_meshes << ", "
+       << fmt("%.1f", 100 * r.config_gap) << "% slower than the best (the estimate is good to about ±15%)\n";
+  else
+    os << "  the template's own shape is not among the feasible ones\n";
 }
 
 std::string search_json(const SearchResult& r) {
@@ -184,6 +192,7 @@ std::string search_json(const SearchResult& r) {
   j.begin_object();
   j.field("world", r.world).field("elapsed_s", r.elapsed_s).field("meshes", r.meshes).field("settings", r.settings);
   j.field("feasible", r.feasible).field("feasible_meshes", r.feasible_meshes);
+  j.field("config_rank", r.config_rank).field("config_gap", r.config_gap);
   j.key("dropped").begin_array();
   for (int i = 0; i < kDropReasons; ++i) {
     if (!r.dropped_meshes[i] && !r.dropped_settings[i]) continue;

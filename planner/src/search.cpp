@@ -171,6 +171,18 @@ SearchResult search(const JobConfig& cfg, int top_n) {
     if (a.step != b.step) return a.step < b.step;
     return a.cost.memory.total() < b.cost.memory.total();
   });
+  // The config's own shape (dp = 0 means the rest of the world), for the near-tie report.
+  const LayoutSpec& own = cfg.parallel;
+  const int64_t own_inner = int64_t(own.tp) * own.cp * own.pp;
+  const int64_t own_dp = own.dp > 0 ? own.dp : (own_inner > 0 ? world / own_inner : 0);
+  for (size_t i = 0; i < bests.size(); ++i) {
+    const Setting& b = bests[i].setting;
+    if (b.tp == own.tp && b.cp == own.cp && b.pp == own.pp && b.dp == own_dp && b.ep == own.ep) {
+      res.config_rank = int64_t(i) + 1;
+      res.config_gap = bests[i].step / bests.front().step - 1;
+      break;
+    }
+  }
   const size_t n = std::min(bests.size(), size_t(std::max(1, top_n)));
   for (size_t i = 0; i < n; ++i) {
     const Best& b = bests[i];

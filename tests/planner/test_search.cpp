@@ -67,9 +67,20 @@ TEST_CASE("Table 4 layouts are found and close to the search's best", "[planner]
     const int rank = rank_of(all, row.tp, row.cp, row.pp);
     INFO(row.gpus << " GPUs, seq " << row.seq << ": Table 4 layout ranks " << rank << " of " << all.feasible_meshes);
     REQUIRE(rank > 0);
+    // The search reports the config's own shape's rank and gap without being asked for the full list.
+    SearchResult five = search(job, 5);
+    CHECK(five.config_rank == rank);
+    CHECK(five.config_gap == Approx(all.top[rank - 1].step_time_s / all.top.front().step_time_s - 1));
+    std::ostringstream table;
+    print_search_table(table, five);
+    CHECK(table.str().find("the template's own shape ranks " + std::to_string(rank) + " of ") != std::string::npos);
+    CHECK(search_json(five).find("\"config_rank\":" + std::to_string(rank)) != std::string::npos);
     // Within the model's stated accuracy of the best layout it finds, and in the best tenth of all shapes.
+    // The issue's "top 5" holds for the 128K row only; the 8K rows rank 9th and 13th because the model
+    // prefers CP 2-4 there (docs/planner.md, "Top-5 criterion").
     CHECK(all.top[rank - 1].step_time_s <= 1.15 * all.top.front().step_time_s);
     CHECK(rank <= std::max<int64_t>(5, all.feasible_meshes / 10));
+    if (row.cp > 1) CHECK(rank <= 5);
     // Its best setting there also matches the published throughput within ±15%.
     const double published[] = {430, 400, 380};
     CHECK(all.top[rank - 1].tflops_per_gpu == Approx(published[&row - rows]).epsilon(0.15));
@@ -81,6 +92,7 @@ TEST_CASE("search: nothing fits on too few GPUs, and says so", "[planner][search
   SearchResult r = search(job, 5);
   CHECK(r.top.empty());
   CHECK(r.feasible == 0);
+  CHECK(r.config_rank == 0);
   CHECK(r.dropped_settings[int(Drop::memory)] > 0);
   std::ostringstream table;
   print_search_table(table, r);
@@ -157,4 +169,50 @@ TEST_CASE("axis links agree with the mesh rank map's groups", "[planner][links]"
       CHECK(e.links.ep == slowest(meshrun::GroupKind::ep));
       CHECK(e.links.edp == slowest(meshrun::GroupKind::edp));
     }
+}
+
+TEST_CASE("ring islands agree with the rank map's placement", "[planner][links]") {
+  // The planner counts the NVLink domains (nodes without NVLink) of rank 0's groups arithmetically where it
+  // can; here every group is enumerated through the rank map instead.
+  int checked = 0;
+  for (const char* node_type : {"dgx-h100", "gb200-nvl72"})
+    for (const char* order : {"tp-cp-ep-dp-pp", "tp-cp-pp-dp", "tp-dp-cp-pp", "pp-dp-cp-tp", "dp-tp-pp-cp"})
+      for (int tp : {1, 2, 4})
+        for (int cp : {1, 2, 4}) {
+          JobConfig job;
+          job.model = testing::mixtral_8x7b();
+          const bool rack = std::string(node_type) == "gb200-nvl72";
+          job.cluster = testing::dgx(node_type, rack ? 288 : 128);
+          if (rack) job.cluster.gpus_per_node = 4, job.cluster.nodes = 72;
+          job.parallel.tp = tp, job.parallel.cp = cp, job.parallel.pp = 2, job.parallel.ep = 2;
+          job.parallel.order = order;
+          job.training.seq_len = 4096;
+          job.training.global_batch_size = 576;
+          job.training.recompute = "full";
+          Estimate e;
+          try {
+            e = estimate(job);
+          } catch (const meshrun::ConfigError&) {
+            continue;  // e.g. tp across NVLink domains
+          }
+          std::vector<meshrun::Problem> problems;
+          meshrun::Cluster cluster = meshrun::resolve_cluster(job.cluster, &problems);
+          meshrun::RankMap map(e.layout, cluster);
+          auto islands = [&](meshrun::GroupKind kind) {
+            std::set<int> seen;
+            for (int r : map.grid().group_of(0, kind)) {
+              const meshrun::Placement p = map.placement(r);
+              seen.insert(cluster.nvlink_domain_gpus > 1 ? cluster.nvlink_domain_of(p.node, p.local_rank) : p.node);
+            }
+            return int(seen.size());
+          };
+          INFO(node_type << " order " << order << " tp " << tp << " cp " << cp << " dp " << e.layout.dp);
+          CHECK(e.links.tp_islands == islands(meshrun::GroupKind::tp));
+          CHECK(e.links.cp_islands == islands(meshrun::GroupKind::cp));
+          CHECK(e.links.dp_islands == islands(meshrun::GroupKind::dp_cp));
+          CHECK(e.links.ep_islands == islands(meshrun::GroupKind::ep));
+          CHECK(e.links.edp_islands == islands(meshrun::GroupKind::edp));
+          ++checked;
+        }
+  CHECK(checked > 40);
 }

@@ -42,7 +42,7 @@ awk -v a="$l2" 'BEGIN { exit !(a < 4.5) }' && pass "loaded weights are the train
 
 # 3. Bad input: one line, exit 2.
 expect 2 "needs 4 ranks but MPI started 2" "world size differs from the layout" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" \
-  --set parallel.dp=2 --set data.path="$DIR/corpus.bin"
+  --set parallel.tp=2 --set parallel.dp=2 --set data.path="$DIR/corpus.bin"
 expect 2 "No such file" "missing token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set data.text= \
   --set data.path="$DIR/none.bin"
 expect 2 "missing.txt" "missing data.text input" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 \

@@ -166,9 +166,10 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     if (s == 0) {  // after one step the transient peak includes gathered units (ZeRO-3) and scratch
       const MemoryReport m = trainer.memory();
       std::printf("meshrun-train: memory per rank (ZeRO-%d): params %s, grads %s, optimizer %s, transient peak %s, "
-                  "total %s (process max RSS %s)\n",
+                  "total %s; activations %s; process max RSS %s\n",
                   layout.zero_stage, mib(m.params).c_str(), mib(m.grads).c_str(), mib(m.optimizer).c_str(),
-                  mib(m.transient_peak).c_str(), mib(m.total()).c_str(), mib(max_rss_bytes()).c_str());
+                  mib(m.transient_peak).c_str(), mib(m.total()).c_str(),
+                  mib(trainer.model().activation_bytes()).c_str(), mib(max_rss_bytes()).c_str());
     }
     std::fflush(stdout);
     if (metrics) {

@@ -44,13 +44,13 @@ Model<T>::Model(const ModelDims& dims, const ParamTable& table, Comm& tp, bool s
   const std::int64_t h = d_.hidden, dh = d_.head_dim;
   acts_.resize(static_cast<std::size_t>(d_.layers));
   for (LayerActs& a : acts_) {
-    resize(a.x_in, nl_ * h); resize(a.rstd1, nl_); resize(a.xn1, n_ * h);
+    resize(a.x_in, nl_ * h); resize(a.rstd1, nl_); resize(a.xn1, nl_ * h);
     resize(a.q, n_ * hq_ * dh); resize(a.k, n_ * hkv_ * dh); resize(a.v, n_ * hkv_ * dh);
     resize(a.att, n_ * hq_ * dh); resize(a.lse, n_ * hq_);
-    resize(a.x2, nl_ * h); resize(a.rstd2, nl_); resize(a.xn2, n_ * h);
+    resize(a.x2, nl_ * h); resize(a.rstd2, nl_); resize(a.xn2, nl_ * h);
     resize(a.gate, n_ * ffn_); resize(a.up, n_ * ffn_); resize(a.hact, n_ * ffn_);
   }
-  resize(x_, nl_ * h); resize(emb_full_, n_ * h);
+  resize(x_, nl_ * h); resize(emb_full_, n_ * h); resize(xn_full_, sp_ && p > 1 ? n_ * h : 0);
   resize(xf_in_, nl_ * h); resize(rstd_f_, nl_); resize(xf_local_, nl_ * h); resize(xf_, n_ * h);
   resize(logits_, n_ * vl_); resize(ce_max_, n_); resize(ce_sum_, n_); resize(ce_tgt_, n_); resize(ce_loss_, n_);
   resize(buf_nh_, nl_ * h); resize(buf_nh2_, n_ * h); resize(buf_att_, n_ * hq_ * dh);
@@ -74,6 +74,27 @@ void Model<T>::gather_rows(const T* local, T* full) {
 }
 
 template <class T>
+const T* Model<T>::full_rows(const T* local) {
+  if (tp_.size() == 1 || !sp_) return local;
+  tp_.all_gather(local, xn_full_.data(), nl_ * d_.hidden);
+  return xn_full_.data();
+}
+
+template <class T>
+std::int64_t Model<T>::activation_bytes() const {
+  std::int64_t n = 0;
+  for (const LayerActs& a : acts_)
+    for (const std::vector<T>* v : {&a.x_in, &a.rstd1, &a.xn1, &a.q, &a.k, &a.v, &a.att, &a.lse, &a.x2, &a.rstd2,
+                                    &a.xn2, &a.gate, &a.up, &a.hact})
+      n += static_cast<std::int64_t>(v->size());
+  for (const std::vector<T>* v : {&x_, &emb_full_, &xf_in_, &rstd_f_, &xf_local_, &xf_, &logits_, &ce_max_, &ce_sum_,
+                                  &ce_tgt_, &ce_loss_, &buf_nh_, &buf_nh2_, &buf_att_, &buf_ff_, &buf_ff2_, &dq_, &dk_,
+                                  &dv_, &xn_full_})
+    n += static_cast<std::int64_t>(v->size());
+  return n * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
 void Model<T>::tp_sum_vector(T* v, std::int64_t n) {
   if (sp_ && tp_.size() > 1) tp_.all_reduce(v, n);
 }
@@ -83,11 +104,11 @@ void Model<T>::layer_forward(const T* w, LayerActs& a, const T* x, T* y) {
   const auto& ts = table_.units[1].tensors;  // every layer unit has the same offsets
   const std::int64_t h = d_.hidden, dh = d_.head_dim, S = seq_;
   copy_n(x, nl_ * h, a.x_in.data());
-  kc::rmsnorm_forward(buf_nh_.data(), a.rstd1.data(), a.x_in.data(), w + ts[kLn1].offset, nl_, h, d_.norm_eps);
-  gather_rows(buf_nh_.data(), a.xn1.data());
-  kc::linear_forward(a.q.data(), a.xn1.data(), w + ts[kQ].offset, n_, h, hq_ * dh);
-  kc::linear_forward(a.k.data(), a.xn1.data(), w + ts[kK].offset, n_, h, hkv_ * dh);
-  kc::linear_forward(a.v.data(), a.xn1.data(), w + ts[kV].offset, n_, h, hkv_ * dh);
+  kc::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), a.x_in.data(), w + ts[kLn1].offset, nl_, h, d_.norm_eps);
+  const T* xn1 = full_rows(a.xn1.data());
+  kc::linear_forward(a.q.data(), xn1, w + ts[kQ].offset, n_, h, hq_ * dh);
+  kc::linear_forward(a.k.data(), xn1, w + ts[kK].offset, n_, h, hkv_ * dh);
+  kc::linear_forward(a.v.data(), xn1, w + ts[kV].offset, n_, h, hkv_ * dh);
   kc::rope_forward(a.q.data(), pos_.data(), n_, hq_, dh, d_.rope_theta);
   kc::rope_forward(a.k.data(), pos_.data(), n_, hkv_, dh, d_.rope_theta);
   const kc::AttentionDims ad{S, S, hq_, hkv_, dh};
@@ -99,10 +120,10 @@ void Model<T>::layer_forward(const T* w, LayerActs& a, const T* x, T* y) {
   kc::linear_forward(buf_nh2_.data(), a.att.data(), w + ts[kO].offset, n_, hq_ * dh, h);
   reduce_rows(buf_nh2_.data(), buf_nh_.data());
   for (std::int64_t i = 0; i < nl_ * h; ++i) a.x2[i] = a.x_in[i] + buf_nh_[i];
-  kc::rmsnorm_forward(buf_nh_.data(), a.rstd2.data(), a.x2.data(), w + ts[kLn2].offset, nl_, h, d_.norm_eps);
-  gather_rows(buf_nh_.data(), a.xn2.data());
-  kc::linear_forward(a.gate.data(), a.xn2.data(), w + ts[kGate].offset, n_, h, ffn_);
-  kc::linear_forward(a.up.data(), a.xn2.data(), w + ts[kUp].offset, n_, h, ffn_);
+  kc::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.x2.data(), w + ts[kLn2].offset, nl_, h, d_.norm_eps);
+  const T* xn2 = full_rows(a.xn2.data());
+  kc::linear_forward(a.gate.data(), xn2, w + ts[kGate].offset, n_, h, ffn_);
+  kc::linear_forward(a.up.data(), xn2, w + ts[kUp].offset, n_, h, ffn_);
   kc::swiglu_forward(a.hact.data(), a.gate.data(), a.up.data(), n_ * ffn_);
   kc::linear_forward(buf_nh2_.data(), a.hact.data(), w + ts[kDown].offset, n_, ffn_, h);
   reduce_rows(buf_nh2_.data(), buf_nh_.data());
@@ -118,8 +139,9 @@ void Model<T>::layer_backward(const T* w, T* dw, LayerActs& a, T* dy) {
   kc::linear_backward_input(buf_ff_.data(), buf_nh2_.data(), w + ts[kDown].offset, n_, ffn_, h);
   kc::linear_backward_weight(dw + ts[kDown].offset, buf_nh2_.data(), a.hact.data(), n_, ffn_, h);
   kc::swiglu_backward(buf_ff2_.data(), a.hact.data(), buf_ff_.data(), a.gate.data(), a.up.data(), n_ * ffn_);
-  kc::linear_backward_weight(dw + ts[kGate].offset, buf_ff2_.data(), a.xn2.data(), n_, h, ffn_);
-  kc::linear_backward_weight(dw + ts[kUp].offset, a.hact.data(), a.xn2.data(), n_, h, ffn_);
+  const T* xn2 = full_rows(a.xn2.data());  // sequence parallel: gathered again, as Megatron-SP does
+  kc::linear_backward_weight(dw + ts[kGate].offset, buf_ff2_.data(), xn2, n_, h, ffn_);
+  kc::linear_backward_weight(dw + ts[kUp].offset, a.hact.data(), xn2, n_, h, ffn_);
   kc::linear_backward_input(buf_nh2_.data(), buf_ff2_.data(), w + ts[kGate].offset, n_, h, ffn_);
   kc::linear_backward_input(buf_nh2_.data(), a.hact.data(), w + ts[kUp].offset, n_, h, ffn_, Store::accumulate);
   reduce_rows(buf_nh2_.data(), buf_nh_.data());
@@ -142,9 +164,10 @@ void Model<T>::layer_backward(const T* w, T* dw, LayerActs& a, T* dy) {
   }
   kc::rope_backward(dq_.data(), pos_.data(), n_, hq_, dh, d_.rope_theta);
   kc::rope_backward(dk_.data(), pos_.data(), n_, hkv_, dh, d_.rope_theta);
-  kc::linear_backward_weight(dw + ts[kQ].offset, dq_.data(), a.xn1.data(), n_, h, hq_ * dh);
-  kc::linear_backward_weight(dw + ts[kK].offset, dk_.data(), a.xn1.data(), n_, h, hkv_ * dh);
-  kc::linear_backward_weight(dw + ts[kV].offset, dv_.data(), a.xn1.data(), n_, h, hkv_ * dh);
+  const T* xn1 = full_rows(a.xn1.data());
+  kc::linear_backward_weight(dw + ts[kQ].offset, dq_.data(), xn1, n_, h, hq_ * dh);
+  kc::linear_backward_weight(dw + ts[kK].offset, dk_.data(), xn1, n_, h, hkv_ * dh);
+  kc::linear_backward_weight(dw + ts[kV].offset, dv_.data(), xn1, n_, h, hkv_ * dh);
   kc::linear_backward_input(buf_nh2_.data(), dq_.data(), w + ts[kQ].offset, n_, h, hq_ * dh);
   kc::linear_backward_input(buf_nh2_.data(), dk_.data(), w + ts[kK].offset, n_, h, hkv_ * dh, Store::accumulate);
   kc::linear_backward_input(buf_nh2_.data(), dv_.data(), w + ts[kV].offset, n_, h, hkv_ * dh, Store::accumulate);

@@ -51,6 +51,9 @@ struct AxisLinks {
   Link dp = Link::self;   // the dp·cp gradient-reduction group (CP ranks share weights)
   Link ep = Link::self;
   Link edp = Link::self;  // ranks holding the same experts (expert gradient reduction)
+  // NVLink domains (nodes where there is none) that rank 0's group of each kind spans: a ring collective
+  // takes (islands − 1) network steps and (size − islands) steps inside an island.
+  int tp_islands = 1, cp_islands = 1, dp_islands = 1, ep_islands = 1, edp_islands = 1;
 };
 
 struct Estimate {
@@ -109,6 +112,11 @@ struct SearchResult {
   int64_t feasible_meshes = 0;    // shapes with at least one feasible setting
   std::array<int64_t, kDropReasons> dropped_meshes{};    // shapes dropped, by reason
   std::array<int64_t, kDropReasons> dropped_settings{};  // settings of enumerated shapes dropped, by reason
+  // Where the config's own mesh shape (tp, cp, pp, dp, ep) ranks among the feasible shapes (1 = fastest;
+  // 0 = not feasible or not a valid shape), and how much slower its best setting is than the best shape's
+  // (0.05 = 5%), so that a near-tie is visible even when it falls outside the printed top.
+  int64_t config_rank = 0;
+  double config_gap = 0;
   double elapsed_s = 0;
 };
 

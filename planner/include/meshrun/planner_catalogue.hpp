@@ -33,7 +33,13 @@ struct CostConstants {
   double network_efficiency = 0.0;    // fraction of link bandwidth NCCL collectives achieve (NVLink and NICs)
   double overlap_cost = 0.0;          // compute slowdown per second of communication hidden behind it (the
                                       // communication kernels occupy SMs and HBM bandwidth)
-  double collective_latency_s = 0.0;  // start-up time of one NCCL collective or point-to-point transfer
+  // Latency of an NCCL ring collective over n ranks on g islands (NVLink domains, else nodes), NCCL's own
+  // tuning model (ring, Simple protocol): base + (n − g)·hop(intra) + (g − 1)·hop(network) per all-gather or
+  // reduce-scatter, twice the steps for an all-reduce; a point-to-point transfer is base + one hop.
+  double collective_base_latency_s = 0.0;
+  double hop_latency_nvlink_s = 0.0;
+  double hop_latency_pcie_s = 0.0;
+  double hop_latency_network_s = 0.0;
   double reserve_gib = 0.0;           // per GPU: CUDA context, NCCL buffers, allocator fragmentation
 };
 const CostConstants& cost_constants();

@@ -37,6 +37,8 @@ class Model {
                           double loss_scale);
   // Forward only (same numbers as forward_backward's forward).
   double forward(ParamStore<T>& store, const std::int32_t* ids, const std::int32_t* targets);
+  // Bytes of saved activations and work buffers of one micro-batch.
+  std::int64_t activation_bytes() const;
 
  private:
   struct LayerActs {
@@ -52,6 +54,9 @@ class Model {
   // This rank's rows [nl, h] -> all rows [n, h].
   void gather_rows(const T* local, T* full);
   void tp_sum_vector(T* v, std::int64_t n);  // norm-weight grads under sequence parallelism
+  // Rows of a normed activation for a column-parallel projection: this rank's rows, or (sequence
+  // parallel) all rows gathered into xn_full_. Only the local rows are saved for backward.
+  const T* full_rows(const T* local);
 
   ModelDims d_;
   const ParamTable& table_;
@@ -61,7 +66,7 @@ class Model {
   std::int64_t hq_, hkv_, ffn_, vl_, v0_;  // local sizes
   std::vector<std::int32_t> pos_;
   std::vector<LayerActs> acts_;
-  std::vector<T> x_, emb_full_;             // residual stream [nl, h], embedding partials [n, h]
+  std::vector<T> x_, emb_full_, xn_full_;   // residual stream [nl, h], embedding partials, gathered rows [n, h]
   std::vector<T> xf_in_, rstd_f_, xf_local_, xf_, logits_, ce_max_, ce_sum_, ce_tgt_, ce_loss_;
   std::vector<T> buf_nh_, buf_nh2_, buf_att_, buf_ff_, buf_ff2_, dq_, dk_, dv_;
 };
