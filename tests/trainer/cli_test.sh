@@ -60,6 +60,8 @@ expect 2 "checkpoint.load" "missing checkpoint" -- "$TRAIN" "$TEMPLATE" --set pa
 expect 2 "not writable" "checkpoint.save into a missing directory (checked before training)" -- "$TRAIN" "$TEMPLATE" \
   --set parallel.tp=1 --set data.path="$DIR/corpus.bin" --set checkpoint.save="$DIR/no/such/dir/x.safetensors"
 expect 2 "no template" "no arguments" -- "$TRAIN"
+expect 2 "the launcher placed this task at MESHRUN_TP_RANK=1" "coordinates from a launcher that disagree with the trainer's map" -- \
+  env MESHRUN_LAYOUT=tp=2 MESHRUN_TP_RANK=1 MESHRUN_TP_SIZE=2 "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" --set training.steps=1
 
 # 4. Tokenizer.
 printf 'hello' >"$DIR/h.txt"

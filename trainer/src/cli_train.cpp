@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "meshrun/config.hpp"
 #include "meshrun/json.hpp"
 #include "meshrun/layout.hpp"
+#include "meshrun/rank_map.hpp"
 #include "meshrun/train/cli.hpp"
 #include "meshrun/train/safetensors.hpp"
 #include "meshrun/train/trainer.hpp"
@@ -104,6 +106,49 @@ void ensure_token_file(const JobConfig& cfg, int rank) {
     }
   }
   if (!all_ok(err.empty())) throw InputError(err.empty() ? "building the token file failed on rank 0" : err);
+}
+
+// Raises on every rank when any rank found a problem (so no rank goes on into a collective alone), with the
+// first failing rank's message, which rank 0 prints.
+void collective_check(const std::string& why, int rank, int world) {
+  int mine = why.empty() ? world : rank, first = world;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == world) return;
+  int len = rank == first ? static_cast<int>(why.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD);
+  std::string msg = rank == first ? why : std::string(static_cast<size_t>(len), ' ');
+  MPI_Bcast(msg.data(), len, MPI_CHAR, first, MPI_COMM_WORLD);
+  throw InputError(msg);
+}
+
+// A launcher (the SPANK plugin or `meshrun exec`) that ran before us computed this task's coordinates from the
+// mesh rank map. Ours must be the same map: a template or flag that differs between launcher and trainer
+// would otherwise silently permute the groups. Absent variables (plain mpirun) are not an error.
+void check_launcher_agrees(const std::map<std::string, std::string>& env, const Layout& layout, int rank) {
+  const Coord c = RankGrid(layout).coords(rank);
+  const std::pair<const char*, std::pair<int, int>> axes[] = {{"TP", {c.tp, layout.tp}},
+                                                              {"CP", {c.cp, layout.cp}},
+                                                              {"PP", {c.pp, layout.pp}},
+                                                              {"DP", {c.dp, layout.dp}},
+                                                              {"EP", {c.ep, layout.ep}}};
+  auto get = [&](const std::string& name) -> const std::string* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : &it->second;
+  };
+  if (const std::string* r = get("RANK"); r && get("MESHRUN_LAYOUT") && *r != std::to_string(rank))
+    throw InputError("the launcher set RANK=" + *r + " but MPI made this process rank " + std::to_string(rank) +
+                     "; launch one task per rank in block order (srun --distribution=block, or mpirun)");
+  for (const auto& [axis, rs] : axes) {
+    const std::string prefix = std::string("MESHRUN_") + axis;
+    const std::string* got_rank = get(prefix + "_RANK");
+    const std::string* got_size = get(prefix + "_SIZE");
+    if (!got_rank || !got_size) continue;
+    if (*got_rank != std::to_string(rs.first) || *got_size != std::to_string(rs.second))
+      throw InputError("rank " + std::to_string(rank) + ": the launcher placed this task at " + prefix + "_RANK=" +
+                       *got_rank + " of " + *got_size + " but the trainer's layout (" + layout.order.str() +
+                       ") gives " + std::to_string(rs.first) + " of " + std::to_string(rs.second) +
+                       "; give the launcher and meshrun-train the same template and --mesh-*/--set overrides");
+  }
 }
 
 template <class T>
@@ -222,6 +267,15 @@ int run(int argc, char** argv, int rank, int world) {
                      std::to_string(layout->pp) + "·" + std::to_string(layout->dp) + " needs " +
                      std::to_string(layout->world()) + " ranks but MPI started " + std::to_string(world) +
                      "; run mpirun -np " + std::to_string(layout->world()) + " or set parallel.dp = \"auto\"");
+  {
+    std::string why;
+    try {
+      check_launcher_agrees(env, *layout, rank);
+    } catch (const InputError& e) {
+      why = e.what();
+    }
+    collective_check(why, rank, world);
+  }
   // On CPU the "cluster" is whatever MPI gives: one shared-memory node holding every rank.
   ClusterSpec spec;
   spec.nodes = 1;
