@@ -13,7 +13,7 @@ constexpr int kMargin = 24;
 constexpr int kLabelW = 128;
 constexpr int kCellW = 64, kCellH = 46, kCellGap = 4, kRowGap = 10;
 constexpr int kOverviewCols = 64, kSquare = 9;
-constexpr int kLegendColW = 180;
+constexpr int kLegendColW = 220;  // fits "stage 12: 8 layers in 4 chunks"
 constexpr int kMaxOverviewSquares = 4096;
 
 std::string esc(const std::string& s) {
@@ -182,7 +182,7 @@ void render_svg(std::ostream& out, const RankMap& map, const Config& cfg) {
   int gpn = cl.gpus_per_node;
   bool summary = cl.nodes > kSvgDetailNodes;
   int grid_w = kLabelW + gpn * (kCellW + kCellGap);
-  int width = std::max({grid_w, 4 * kLegendColW, summary ? kOverviewCols * (kSquare + 1) : 0}) + 2 * kMargin;
+  int width = std::max({grid_w, 3 * kLegendColW, summary ? kOverviewCols * (kSquare + 1) : 0}) + 2 * kMargin;
   int x0 = kMargin;
   int y = kMargin;
 
