@@ -154,22 +154,16 @@ int cmd_plan(int argc, char** argv) {
 
   RankMap map(*layout, cluster);
   std::vector<std::string> warnings = layout_warnings(cfg.job, *layout, cluster);
-  auto crossing = [&](GroupKind kind, int* count) {
-    int n = 0;
-    *count = 0;
-    for (const auto& g : map.grid().groups(kind)) {
-      ++*count;
-      n += map.link_of(g) == Link::network;
-    }
-    return n;
-  };
-  int count = 0;
-  if (int n = crossing(GroupKind::tp, &count); n > 0)
-    warnings.push_back(std::to_string(n) + " of " + std::to_string(count) + " TP groups cross the network with order " +
-                       layout->order.str() + "; put tp first in parallel.order");
-  if (int n = layout->ep > 1 ? crossing(GroupKind::ep, &count) : 0; n > 0)
-    warnings.push_back("EP all-to-all crosses the network in " + std::to_string(n) + " of " + std::to_string(count) +
-                       " EP groups; keep ep·tp within a node where the model allows");
+  const int network = static_cast<int>(Link::network);
+  if (GroupSummary tp = summarize_group(map, GroupKind::tp); tp.by_link[network] > 0)
+    warnings.push_back(std::to_string(tp.by_link[network]) + " of " + std::to_string(tp.count) +
+                       " TP groups cross the network with order " + layout->order.str() +
+                       "; put tp first in parallel.order");
+  if (layout->ep > 1) {
+    if (GroupSummary ep = summarize_group(map, GroupKind::ep); ep.by_link[network] > 0)
+      warnings.push_back("EP all-to-all crosses the network in " + std::to_string(ep.by_link[network]) + " of " +
+                         std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
+  }
 
   cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, {}, {}};
   // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.

@@ -64,43 +64,21 @@ int usable_cores() {
 int cmd_run(int argc, char** argv) {
   using namespace meshrun;
   std::vector<std::string> args(argv + 1, argv + argc);
-  ConfigRequest req;
   launch::BatchOptions opt;
-  bool dry_run = false;
-  std::string plugin_mode = "auto";
+  launch::LaunchArgs la;
   try {
-    for (size_t i = 0; i < args.size();) {
-      const std::string& a = args[i];
-      if (a == "--help" || a == "-h") {
-        std::printf(kRunHelp, cli::config_flags_help());
-        return 0;
-      }
-      if (a == "--") {
-        opt.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-        if (opt.command.empty()) throw ConfigError("nothing after '--'; give the command each rank runs");
-        break;
-      }
-      if (cli::take_config_flag(args, i, req)) continue;
-      if (a == "--dry-run") { dry_run = true; ++i; continue; }
-      if (a == "--plugin" || a.rfind("--plugin=", 0) == 0) {
-        if (a == "--plugin" && i + 1 >= args.size()) throw ConfigError("--plugin: missing value; use auto, yes or no");
-        plugin_mode = a == "--plugin" ? args[i + 1] : a.substr(9);
-        i += a == "--plugin" ? 2 : 1;
-        if (plugin_mode != "auto" && plugin_mode != "yes" && plugin_mode != "no")
-          throw ConfigError("--plugin " + plugin_mode + ": use auto, yes or no");
-        continue;
-      }
-      if (!a.empty() && a[0] == '-') throw ConfigError("unknown option '" + a + "'; see 'meshrun run --help'");
-      if (!req.template_path.empty())
-        throw ConfigError("more than one template ('" + req.template_path + "' and '" + a + "'); give one");
-      req.template_path = a;
-      ++i;
+    auto own = [](const std::vector<std::string>&, size_t&) { return false; };
+    if (!launch::parse_launch_args(args, "run", "meshrun run templates/tiny.toml", la, own)) {
+      std::printf(kRunHelp, cli::config_flags_help());
+      return 0;
     }
-    if (req.template_path.empty())
-      throw ConfigError("missing TEMPLATE.toml; e.g. meshrun run templates/tiny.toml");
   } catch (const ConfigError& e) {
     return fail(e.what());
   }
+  ConfigRequest req = std::move(la.req);
+  opt.command = std::move(la.command);
+  const bool dry_run = la.dry_run;
+  const std::string plugin_mode = la.plugin_mode;
 
   auto env = environment_map(environ);
   req.environment = &env;

@@ -51,53 +51,41 @@ int fail(const std::string& msg, int code = 2) {
 int cmd_sbatch(int argc, char** argv) {
   using namespace meshrun;
   std::vector<std::string> args(argv + 1, argv + argc);
-  ConfigRequest req;
   launch::BatchOptions opt;
-  bool dry_run = false;
-  std::string plugin_mode = "auto";
+  launch::LaunchArgs la;
   try {
-    for (size_t i = 0; i < args.size();) {
-      const std::string& a = args[i];
-      if (a == "--help" || a == "-h") {
-        std::printf(kSbatchHelp, cli::config_flags_help());
-        return 0;
-      }
-      if (a == "--") {
-        opt.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-        if (opt.command.empty()) throw ConfigError("nothing after '--'; give the command each rank runs");
-        break;
-      }
-      if (cli::take_config_flag(args, i, req)) continue;
-      auto value = [&](const char* flag, std::string* out) { return cli::take_value(args, i, flag, out); };
+    auto own = [&](const std::vector<std::string>& a, size_t& i) {
       std::string v;
-      if (a == "--dry-run") { dry_run = true; ++i; continue; }
-      if (value("--plugin", &v)) {
-        if (v != "auto" && v != "yes" && v != "no") throw ConfigError("--plugin " + v + ": use auto, yes or no");
-        plugin_mode = v;
-        continue;
-      }
-      if (value("--cpus-per-task", &v)) {
+      if (cli::take_value(a, i, "--cpus-per-task", &v)) {
         try {
           opt.cpus_per_task = std::stoi(v);
         } catch (...) {
           opt.cpus_per_task = 0;
         }
         if (opt.cpus_per_task < 1) throw ConfigError("--cpus-per-task " + v + ": expected a positive count");
-        continue;
+        return true;
       }
-      if (value("--output", &v)) { opt.output = v; continue; }
-      if (value("--sbatch-option", &v)) { opt.extra.push_back(v); continue; }
-      if (!a.empty() && a[0] == '-') throw ConfigError("unknown option '" + a + "'; see 'meshrun sbatch --help'");
-      if (!req.template_path.empty())
-        throw ConfigError("more than one template ('" + req.template_path + "' and '" + a + "'); give one");
-      req.template_path = a;
-      ++i;
+      if (cli::take_value(a, i, "--output", &v)) {
+        opt.output = v;
+        return true;
+      }
+      if (cli::take_value(a, i, "--sbatch-option", &v)) {
+        opt.extra.push_back(v);
+        return true;
+      }
+      return false;
+    };
+    if (!launch::parse_launch_args(args, "sbatch", "meshrun sbatch templates/tiny.toml --dry-run", la, own)) {
+      std::printf(kSbatchHelp, cli::config_flags_help());
+      return 0;
     }
-    if (req.template_path.empty())
-      throw ConfigError("missing TEMPLATE.toml; e.g. meshrun sbatch templates/tiny.toml --dry-run");
   } catch (const ConfigError& e) {
     return fail(e.what());
   }
+  ConfigRequest req = std::move(la.req);
+  opt.command = std::move(la.command);
+  const bool dry_run = la.dry_run;
+  const std::string plugin_mode = la.plugin_mode;
 
   auto env = environment_map(environ);
   req.environment = &env;

@@ -6,9 +6,43 @@
 #include <sstream>
 #include <string_view>
 
+#include "config_flags.hpp"
 #include "plan_render.hpp"
 
 namespace meshrun::launch {
+
+bool parse_launch_args(const std::vector<std::string>& args, const std::string& name, const std::string& example,
+                       LaunchArgs& out, const std::function<bool(const std::vector<std::string>&, size_t&)>& own) {
+  for (size_t i = 0; i < args.size();) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") return false;
+    if (a == "--") {
+      out.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      if (out.command.empty()) throw ConfigError("nothing after '--'; give the command each rank runs");
+      break;
+    }
+    if (cli::take_config_flag(args, i, out.req)) continue;
+    if (a == "--dry-run") {
+      out.dry_run = true;
+      ++i;
+      continue;
+    }
+    std::string v;
+    if (cli::take_value(args, i, "--plugin", &v)) {
+      if (v != "auto" && v != "yes" && v != "no") throw ConfigError("--plugin " + v + ": use auto, yes or no");
+      out.plugin_mode = v;
+      continue;
+    }
+    if (own && own(args, i)) continue;
+    if (!a.empty() && a[0] == '-') throw ConfigError("unknown option '" + a + "'; see 'meshrun " + name + " --help'");
+    if (!out.req.template_path.empty())
+      throw ConfigError("more than one template ('" + out.req.template_path + "' and '" + a + "'); give one");
+    out.req.template_path = a;
+    ++i;
+  }
+  if (out.req.template_path.empty()) throw ConfigError("missing TEMPLATE.toml; e.g. " + example);
+  return true;
+}
 namespace {
 
 // Keys each validation check reads, to name their sources when the check fails.

@@ -2,6 +2,7 @@
 // the same overrides on to commands that run inside the job, resolving a Config into a checked layout with
 // the sources of conflicting values, shell quoting, and finding the meshrun and trainer binaries.
 #pragma once
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -13,6 +14,20 @@
 #include "meshrun/rank_map.hpp"
 
 namespace meshrun::launch {
+
+// The arguments `meshrun sbatch` and `meshrun run` share: TEMPLATE.toml, the configuration flags, --dry-run,
+// --plugin auto|yes|no and `-- CMD ARGS...` (the command each rank runs instead of the trainer).
+struct LaunchArgs {
+  ConfigRequest req;
+  std::vector<std::string> command;
+  bool dry_run = false;
+  std::string plugin_mode = "auto";
+};
+// `own` takes a subcommand's own flags: given args and i, it consumes args[i] (advancing i) and returns
+// true, or returns false. Throws ConfigError on bad input; `name` and `example` shape the messages.
+// Returns false when --help was asked for (the caller prints it).
+bool parse_launch_args(const std::vector<std::string>& args, const std::string& name, const std::string& example,
+                       LaunchArgs& out, const std::function<bool(const std::vector<std::string>&, size_t&)>& own);
 
 // The flags (--mesh-*, --nodes ...) and --set assignments of a request as "--set" "key=value" argument
 // pairs, lowest priority first, for passing the same configuration to a command that runs later (inside the job).

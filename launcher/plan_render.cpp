@@ -197,17 +197,9 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   std::vector<GroupSummary> summaries;
   j.key("groups").begin_object();
   for (GroupKind k : kGroupKinds) {
-    GroupSummary s;
-    s.kind = k;
-    s.size = map.grid().group_size(k);
     j.key(group_name(k)).begin_array();
-    for (const auto& g : map.grid().groups(k)) {
-      j.int_array(g);
-      ++s.count;
-      ++s.by_link[static_cast<int>(map.link_of(g))];
-    }
+    summaries.push_back(summarize_group(map, k, [&](const std::vector<int>& g) { j.int_array(g); }));
     j.end_array();
-    summaries.push_back(s);
   }
   j.end_object();
   j.key("group_links").begin_object();

@@ -10,24 +10,15 @@
 #include <cstdlib>
 
 #include "dry_run.hpp"
-#include "job_geometry.hpp"
+#include "local_shape.hpp"
 #include "spank_state.hpp"
 
 namespace meshrun::plugin {
 
 int alloc_init_post_opt(spank_t, PluginState& st) {
   if (!st.opts.active()) return 0;
-  StepShape shape;
-  char cwd[4096];
-  if (getcwd(cwd, sizeof cwd)) shape.cwd = cwd;
-  if (const char* site = std::getenv("MESHRUN_SITE_CONFIG")) shape.site_config = site;
-  TaskShape tasks;
-  std::string why;
-  if (own_submission_shape(&tasks, &why)) {
-    shape.nodes = tasks.nodes;
-    shape.tasks = tasks.tasks;
-    shape.gpus_per_node = tasks.gpus_per_node;
-  } else if (!why.empty()) {
+  StepShape shape = local_step_shape();
+  if (std::string why = add_own_submission_shape(&shape); !why.empty()) {
     slurm_error("meshrun: %s", why.c_str());
     return -1;
   }

@@ -5,21 +5,11 @@
 #include <cstdlib>
 
 #include "dry_run.hpp"
-#include "job_geometry.hpp"
+#include "local_shape.hpp"
 #include "spank_state.hpp"
 
 namespace meshrun::plugin {
 namespace {
-
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string current_dir() {
-  char buf[4096];
-  return getcwd(buf, sizeof buf) ? buf : "";
-}
 
 // "[type:]N" as Slurm writes SLURM_GPUS_PER_NODE; 0 when absent or not a single count.
 int gpus_per_node_from_env() {
@@ -37,17 +27,9 @@ int srun_init_post_opt(spank_t, PluginState& st) {
   // Slurm reports node and task counts only in local_user_init, after srun has created its job. Outside an
   // allocation, read them from srun's own arguments now so a bad layout creates no job; inside one, no job
   // is created anyway and local_user_init checks the step.
-  StepShape shape;
-  shape.cwd = current_dir();
-  shape.site_config = env_or_empty("MESHRUN_SITE_CONFIG");
+  StepShape shape = local_step_shape();
   if (env_or_empty("SLURM_JOB_ID").empty()) {
-    TaskShape tasks;
-    std::string why;
-    if (own_submission_shape(&tasks, &why)) {
-      shape.nodes = tasks.nodes;
-      shape.tasks = tasks.tasks;
-      shape.gpus_per_node = tasks.gpus_per_node;
-    } else if (!why.empty()) {
+    if (std::string why = add_own_submission_shape(&shape); !why.empty()) {
       slurm_error("meshrun: %s", why.c_str());
       return -1;
     }
@@ -66,15 +48,13 @@ int srun_local_user_init(spank_t sp, PluginState& st) {
     slurm_error("meshrun: srun did not report the step's node and task counts; run without --mesh-* options");
     return -1;
   }
-  StepShape shape;
+  StepShape shape = local_step_shape();
   shape.nodes = static_cast<int>(nnodes);
   shape.tasks = static_cast<int>(ntasks);
   shape.gpus_per_node = gpus_per_node_from_env();
   shape.hostlist = env_or_empty("SLURM_STEP_NODELIST");
   for (const char* name : {"SLURM_JOB_NODELIST", "SLURM_NODELIST"})
     if (shape.hostlist.empty()) shape.hostlist = env_or_empty(name);
-  shape.cwd = current_dir();
-  shape.site_config = env_or_empty("MESHRUN_SITE_CONFIG");
   StepPlan plan = plan_step(st.opts, st.args, shape);
   if (!plan.problems.empty()) {
     log_error_lines(plan.error_text());

@@ -176,32 +176,40 @@ Placement RankMap::placement(int rank) const {
   return p;
 }
 
+Link link_between(const Cluster& cluster, int64_t a, int64_t b) {
+  if (a == b) return Link::self;
+  const int gpn = std::max(1, cluster.gpus_per_node);
+  const int node_a = static_cast<int>(a / gpn), node_b = static_cast<int>(b / gpn);
+  if (cluster.nvlink_domain_gpus > 1 &&
+      cluster.nvlink_domain_of(node_a, static_cast<int>(a % gpn)) ==
+          cluster.nvlink_domain_of(node_b, static_cast<int>(b % gpn)))
+    return Link::nvlink;
+  return node_a == node_b ? Link::pcie : Link::network;
+}
+
 Link RankMap::link_of(const std::vector<int>& group) const {
-  if (group.size() <= 1) return Link::self;
-  Placement first = placement(group.front());
-  int domain = cluster_.nvlink_domain_of(first.node, first.local_rank);
-  bool same_node = true, same_domain = cluster_.nvlink_domain_gpus > 1;
-  for (int r : group) {
-    Placement p = placement(r);
-    if (p.node != first.node) same_node = false;
-    if (cluster_.nvlink_domain_of(p.node, p.local_rank) != domain) same_domain = false;
+  // The slowest link from the first member to any other (links are nested: domain within node within network).
+  Link worst = Link::self;
+  for (int r : group) worst = std::max(worst, link_between(cluster_, group.front(), r));
+  return worst;
+}
+
+GroupSummary summarize_group(const RankMap& map, GroupKind kind,
+                             const std::function<void(const std::vector<int>&)>& each) {
+  GroupSummary s;
+  s.kind = kind;
+  s.size = map.grid().group_size(kind);
+  for (const auto& g : map.grid().groups(kind)) {
+    ++s.count;
+    ++s.by_link[static_cast<int>(map.link_of(g))];
+    if (each) each(g);
   }
-  if (same_domain) return Link::nvlink;
-  return same_node ? Link::pcie : Link::network;
+  return s;
 }
 
 std::vector<GroupSummary> summarize_groups(const RankMap& map) {
   std::vector<GroupSummary> out;
-  for (GroupKind k : kGroupKinds) {
-    GroupSummary s;
-    s.kind = k;
-    s.size = map.grid().group_size(k);
-    for (const auto& g : map.grid().groups(k)) {
-      ++s.count;
-      ++s.by_link[static_cast<int>(map.link_of(g))];
-    }
-    out.push_back(s);
-  }
+  for (GroupKind k : kGroupKinds) out.push_back(summarize_group(map, k));
   return out;
 }
 

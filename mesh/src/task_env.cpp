@@ -228,6 +228,22 @@ std::string check_extra_var(const std::string& name, const EnvPolicy& policy) {
   return "";
 }
 
+std::vector<std::pair<std::string, std::string>> layout_env(const Layout& l, int rank) {
+  const Coord c = RankGrid(l).coords(rank);
+  const std::pair<const char*, std::pair<int, int>> axes[] = {
+      {"TP", {c.tp, l.tp}}, {"CP", {c.cp, l.cp}}, {"PP", {c.pp, l.pp}}, {"DP", {c.dp, l.dp}}, {"EP", {c.ep, l.ep}}};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [axis, rs] : axes) {
+    out.emplace_back(std::string("MESHRUN_") + axis + "_RANK", std::to_string(rs.first));
+    out.emplace_back(std::string("MESHRUN_") + axis + "_SIZE", std::to_string(rs.second));
+  }
+  out.emplace_back("MESHRUN_LAYOUT", "tp=" + std::to_string(l.tp) + ",cp=" + std::to_string(l.cp) + ",pp=" +
+                                         std::to_string(l.pp) + ",dp=" + std::to_string(l.dp) + ",ep=" +
+                                         std::to_string(l.ep));
+  out.emplace_back("MESHRUN_ORDER", l.order.str());
+  return out;
+}
+
 TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeTopology& topo,
                          const GpuAllocation& gpus, const EnvPolicy& policy,
                          const std::map<std::string, std::string>& extra_env) {
@@ -262,17 +278,7 @@ TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeT
   vars.set("MASTER_PORT", master_port(ctx.job_id, ctx.step_id, policy));
 
   // The layout and this rank's coordinates.
-  const Layout& l = map.layout();
-  const Coord c = map.coords(ctx.rank);
-  const std::pair<const char*, std::pair<int, int>> axes[] = {
-      {"TP", {c.tp, l.tp}}, {"CP", {c.cp, l.cp}}, {"PP", {c.pp, l.pp}}, {"DP", {c.dp, l.dp}}, {"EP", {c.ep, l.ep}}};
-  for (const auto& [axis, rs] : axes) {
-    vars.set(std::string("MESHRUN_") + axis + "_RANK", rs.first);
-    vars.set(std::string("MESHRUN_") + axis + "_SIZE", rs.second);
-  }
-  vars.set("MESHRUN_LAYOUT", "tp=" + std::to_string(l.tp) + ",cp=" + std::to_string(l.cp) + ",pp=" +
-                                 std::to_string(l.pp) + ",dp=" + std::to_string(l.dp) + ",ep=" + std::to_string(l.ep));
-  vars.set("MESHRUN_ORDER", l.order.str());
+  for (const auto& [name, value] : layout_env(map.layout(), ctx.rank)) vars.set(name, value);
 
   if (!topo.gpus.empty() || (gpus.managed && !gpus.step_gpus.empty())) {
     place_gpu(ctx, topo, gpus, env, vars);

@@ -30,11 +30,7 @@ AxisLinks axis_links(const Layout& layout, const Cluster& cluster) {
   RankGrid grid(layout);
   const int gpn = std::max(1, cluster.gpus_per_node);
   auto link = [&](int group_size, int64_t max_member) {
-    if (group_size <= 1) return Link::self;
-    const int node = int(max_member / gpn), local = int(max_member % gpn);
-    if (cluster.nvlink_domain_gpus > 1 && cluster.nvlink_domain_of(node, local) == cluster.nvlink_domain_of(0, 0))
-      return Link::nvlink;
-    return node == 0 ? Link::pcie : Link::network;
+    return group_size <= 1 ? Link::self : link_between(cluster, 0, max_member);
   };
   auto span = [&](Axis a, int size) { return int64_t(size - 1) * grid.stride(a); };
   auto largest = [&](GroupKind kind) {  // expert groups fold into cp·dp: enumerate (they are small or ep = 1)

@@ -17,6 +17,7 @@
 #include "meshrun/json.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/rank_map.hpp"
+#include "meshrun/task_env.hpp"
 #include "meshrun/train/cli.hpp"
 #include "meshrun/train/safetensors.hpp"
 #include "meshrun/train/trainer.hpp"
@@ -125,12 +126,6 @@ void collective_check(const std::string& why, int rank, int world) {
 // mesh rank map. Ours must be the same map: a template or flag that differs between launcher and trainer
 // would otherwise silently permute the groups. Absent variables (plain mpirun) are not an error.
 void check_launcher_agrees(const std::map<std::string, std::string>& env, const Layout& layout, int rank) {
-  const Coord c = RankGrid(layout).coords(rank);
-  const std::pair<const char*, std::pair<int, int>> axes[] = {{"TP", {c.tp, layout.tp}},
-                                                              {"CP", {c.cp, layout.cp}},
-                                                              {"PP", {c.pp, layout.pp}},
-                                                              {"DP", {c.dp, layout.dp}},
-                                                              {"EP", {c.ep, layout.ep}}};
   auto get = [&](const std::string& name) -> const std::string* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : &it->second;
@@ -138,15 +133,12 @@ void check_launcher_agrees(const std::map<std::string, std::string>& env, const 
   if (const std::string* r = get("RANK"); r && get("MESHRUN_LAYOUT") && *r != std::to_string(rank))
     throw InputError("the launcher set RANK=" + *r + " but MPI made this process rank " + std::to_string(rank) +
                      "; launch one task per rank in block order (srun --distribution=block, or mpirun)");
-  for (const auto& [axis, rs] : axes) {
-    const std::string prefix = std::string("MESHRUN_") + axis;
-    const std::string* got_rank = get(prefix + "_RANK");
-    const std::string* got_size = get(prefix + "_SIZE");
-    if (!got_rank || !got_size) continue;
-    if (*got_rank != std::to_string(rs.first) || *got_size != std::to_string(rs.second))
-      throw InputError("rank " + std::to_string(rank) + ": the launcher placed this task at " + prefix + "_RANK=" +
-                       *got_rank + " of " + *got_size + " but the trainer's layout (" + layout.order.str() +
-                       ") gives " + std::to_string(rs.first) + " of " + std::to_string(rs.second) +
+  // The same variables compute_task_env() gave the launcher, computed here from the trainer's layout.
+  for (const auto& [name, want] : layout_env(layout, rank)) {
+    const std::string* got = get(name);
+    if (got && *got != want)
+      throw InputError("rank " + std::to_string(rank) + ": the launcher placed this task at " + name + "=" + *got +
+                       " but the trainer's layout (" + layout.order.str() + ") gives " + want +
                        "; give the launcher and meshrun-train the same template and --mesh-*/--set overrides");
   }
 }

@@ -12,6 +12,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,10 @@ struct Placement {
 enum class Link { self, nvlink, pcie, network };
 const char* link_name(Link l);
 
+// The link between two ranks under block placement (rank r on node r / gpus_per_node): nvlink when both sit in
+// one NVLink domain, pcie when they share a node without it, network otherwise; self for the same rank.
+Link link_between(const Cluster& cluster, int64_t rank_a, int64_t rank_b);
+
 class RankMap {
  public:
   RankMap(const Layout& layout, const Cluster& cluster);  // requires layout.world() == cluster.gpus()
@@ -96,6 +101,10 @@ struct GroupSummary {
   int count = 0;
   std::array<int, 4> by_link{};  // number of groups per Link value
 };
+// One kind's summary; `each` (optional) sees every group as it is counted, so callers that also list the
+// groups (the JSON dry run) enumerate them once.
+GroupSummary summarize_group(const RankMap& map, GroupKind kind,
+                             const std::function<void(const std::vector<int>&)>& each = {});
 std::vector<GroupSummary> summarize_groups(const RankMap& map);
 
 }  // namespace meshrun

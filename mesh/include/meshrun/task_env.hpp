@@ -101,6 +101,10 @@ TaskContext task_context_from_slurm(const std::map<std::string, std::string>& en
 // is inferred: CUDA_VISIBLE_DEVICES holding 0-based indices that are not the task's global indices.
 GpuAllocation gpu_allocation_from_slurm(const std::map<std::string, std::string>& env);
 
+// The layout part of compute_task_env()'s output for one rank: MESHRUN_{TP,CP,PP,DP,EP}_{RANK,SIZE},
+// MESHRUN_LAYOUT and MESHRUN_ORDER. Exposed so a program can check what a launcher set against its own map.
+std::vector<std::pair<std::string, std::string>> layout_env(const Layout& layout, int rank);
+
 // The port formula, exposed for tests and the docs.
 int master_port(uint32_t job_id, uint32_t step_id, const EnvPolicy& policy);
 

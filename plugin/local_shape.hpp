@@ -1,0 +1,19 @@
+// What the local side (srun, sbatch, salloc) knows of a step before Slurm tells it anything.
+#pragma once
+#include <string>
+
+#include "step_plan.hpp"
+
+namespace meshrun::plugin {
+
+std::string env_or_empty(const char* name);
+
+// The working directory (relative --mesh-template paths start there) and $MESHRUN_SITE_CONFIG.
+StepShape local_step_shape();
+
+// Adds nodes, tasks and GPUs per node read from this process's own command line (and, for sbatch, the
+// script's #SBATCH lines). Returns "" when added or when the shape cannot be known (the job's steps check it
+// later); otherwise the refusal, one line.
+std::string add_own_submission_shape(StepShape* shape);
+
+}  // namespace meshrun::plugin
