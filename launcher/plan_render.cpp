@@ -27,7 +27,9 @@ std::string layer_summary(const std::vector<int>& layers) {
     }
     s += (s.empty() ? "" : " ") + std::to_string(layers[i]);
   }
-  return "layers per chunk: " + s;
+  s = "layers per chunk: " + s;
+  if (layers.front() == 0) s += " (the first chunk holds only the embedding, the last only the output head)";
+  return s;
 }
 
 // Nodes to print: all, or the first two and the last.

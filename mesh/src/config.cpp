@@ -60,6 +60,7 @@ std::vector<Field> make_schema() {
   add(field("cluster.gpu", &JobConfig::cluster, &ClusterSpec::gpu, V::string, "GPU model for the planner"));
   add(nonneg(field("cluster.gpu_memory_gib", &JobConfig::cluster, &ClusterSpec::gpu_memory_gib, V::number, "GPU memory (GiB)")));
   add(nonneg(field("cluster.gpu_bf16_tflops", &JobConfig::cluster, &ClusterSpec::gpu_bf16_tflops, V::number, "dense bf16 peak (TFLOP/s)")));
+  add(at_least(field("cluster.gpu_sms", &JobConfig::cluster, &ClusterSpec::gpu_sms, V::integer, "streaming multiprocessors per GPU"), 0));
   add(nonneg(field("cluster.nvlink_gbps", &JobConfig::cluster, &ClusterSpec::nvlink_gbps, V::number, "NVLink GB/s per GPU per direction")));
   add(at_least(field("cluster.nics_per_node", &JobConfig::cluster, &ClusterSpec::nics_per_node, V::integer, "compute NICs per node"), 0));
   add(nonneg(field("cluster.nic_gbps", &JobConfig::cluster, &ClusterSpec::nic_gbps, V::number, "Gbit/s per NIC")));

@@ -122,13 +122,15 @@ std::optional<Layout> resolve_layout(const LayoutSpec& spec, int world, std::vec
 }
 
 std::optional<std::vector<int>> chunk_layers(int layers, int chunks) {
-  if (chunks < 1 || layers < chunks) return std::nullopt;
+  if (chunks < 1 || layers < 1) return std::nullopt;
   if (layers % chunks == 0) return std::vector<int>(chunks, layers / chunks);
-  if (chunks >= 2 && (layers + 2) % chunks == 0) {  // Llama 3: first and last chunk one layer fewer
+  // Llama 3: the first and last chunk hold one layer fewer, room for the embedding and the output head; with
+  // one layer per chunk they hold only those (paper §3.3.2). Needs a layer in some chunk besides them.
+  if (chunks >= 3 && (layers + 2) % chunks == 0) {
     std::vector<int> v(chunks, (layers + 2) / chunks);
     v.front() -= 1;
     v.back() -= 1;
-    if (v.front() >= 1) return v;
+    return v;
   }
   return std::nullopt;
 }

@@ -1,4 +1,5 @@
 // GPU performance figures (vendor data sheets) and the cost model's constants.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -11,15 +12,15 @@ const std::vector<GpuPerf>& gpu_catalogue() {
   // Memory is what the driver reports (nvidia-smi MiB / 1024) where known; the vendors' "GB" for HBM
   // matches it closely (H100 80 GB -> 81,559 MiB). NVLink is per direction (half the bidirectional figure).
   static const std::vector<GpuPerf> gpus = {
-      {"a100-80gb", 312, 80.0, 2.039, 300, 32, 200, 1,
-       "A100 SXM4 80GB data sheet; NVLink3 600 GB/s bidirectional; DGX A100 ConnectX-6 HDR 200G per GPU"},
-      {"h100-sxm", 989, 79.6, 3.35, 450, 64, 400, 1,
-       "H100 SXM5 data sheet (989 TFLOP/s dense bf16); NVLink4 900 GB/s bidirectional; DGX H100 CX-7 400G per GPU"},
-      {"h200", 989, 140.4, 4.8, 450, 64, 400, 1,
+      {"a100-80gb", 312, 108, 80.0, 2.039, 300, 32, 200, 1,
+       "A100 SXM4 80GB data sheet, 108 SMs; NVLink3 600 GB/s bidirectional; DGX A100 ConnectX-6 HDR 200G per GPU"},
+      {"h100-sxm", 989, 132, 79.6, 3.35, 450, 64, 400, 1,
+       "H100 SXM5 data sheet (989 TFLOP/s dense bf16, 132 SMs); NVLink4 900 GB/s bidirectional; DGX H100 CX-7 400G per GPU"},
+      {"h200", 989, 132, 140.4, 4.8, 450, 64, 400, 1,
        "H200 SXM data sheet (141 GB HBM3e, 4.8 TB/s); same compute and NVLink as H100; DGX H200 CX-7 400G per GPU"},
-      {"b200", 2250, 179, 8.0, 900, 64, 400, 1,
+      {"b200", 2250, 148, 179, 8.0, 900, 64, 400, 1,
        "HGX/DGX B200 data sheet (2.25 PFLOP/s dense bf16, 180 GB); NVLink5 1.8 TB/s bidirectional; CX-7 400G per GPU"},
-      {"gb200", 2500, 185, 8.0, 900, 64, 400, 1,
+      {"gb200", 2500, 148, 185, 8.0, 900, 64, 400, 1,
        "GB200 NVL72 data sheet (2.5 PFLOP/s dense bf16, 186 GB per GPU); NVLink5 1.8 TB/s; 4x CX-7 400G per tray"},
   };
   return gpus;
@@ -38,6 +39,9 @@ const CostConstants& cost_constants() {
       /*matmul_efficiency=*/0.70,
       /*attention_efficiency=*/0.50,
       /*gemm_half_size=*/128,
+      // NVIDIA "Matrix Multiplication Background" guide: cuBLAS's largest tiles are 256×128 / 128×256.
+      /*gemm_tile_rows=*/128,
+      /*gemm_tile_cols=*/256,
       /*network_efficiency=*/0.80,
       /*overlap_cost=*/0.15,
       // NCCL src/graph/tuning.cc (ncclTopoTuneModel): ring/Simple baseLat 8.4 µs, hwLat per step NVLink 3.4,
@@ -49,6 +53,21 @@ const CostConstants& cost_constants() {
       /*reserve_gib=*/4.0,
   };
   return c;
+}
+
+double gemm_efficiency(const Hardware& hw, double m, double n, double k, double count) {
+  const CostConstants& c = cost_constants();
+  double waves = 1.0;
+  if (hw.sms > 0) {
+    auto quantized = [&](double rows, double cols) {
+      rows = std::min(rows, m), cols = std::min(cols, n);  // a thin GEMM gets a thin tile; n½ charges it
+      const double tiles = count * std::ceil(m / rows) * std::ceil(n / cols);
+      return count * m * n / (rows * cols) / (std::ceil(tiles / hw.sms) * hw.sms);
+    };
+    waves = std::max(quantized(c.gemm_tile_rows, c.gemm_tile_cols), quantized(c.gemm_tile_cols, c.gemm_tile_rows));
+  }
+  const double small = std::min({m, n, k});
+  return c.matmul_efficiency * waves * small / (small + c.gemm_half_size);
 }
 
 namespace {
@@ -67,6 +86,7 @@ Hardware resolve_hardware(const ClusterSpec& spec, int gpus_per_node, int nvlink
   if (g) {
     hw.gpu = g->name;
     hw.bf16_tflops = g->bf16_tflops;
+    hw.sms = g->sms;
     hw.memory_gib = g->memory_gib;
     hw.hbm_tbps = g->hbm_tbps;
     hw.nvlink_gbps = g->nvlink_gbps;
@@ -89,6 +109,7 @@ Hardware resolve_hardware(const ClusterSpec& spec, int gpus_per_node, int nvlink
   }
   if (node_type_nics > 0) hw.nics_per_node = node_type_nics;
   if (spec.gpu_bf16_tflops > 0) hw.bf16_tflops = spec.gpu_bf16_tflops;
+  if (spec.gpu_sms > 0) hw.sms = spec.gpu_sms;
   if (spec.gpu_memory_gib > 0) hw.memory_gib = spec.gpu_memory_gib;
   if (spec.nvlink_gbps > 0) hw.nvlink_gbps = spec.nvlink_gbps;
   if (spec.nics_per_node > 0) hw.nics_per_node = spec.nics_per_node;

@@ -27,12 +27,14 @@ std::optional<StageLayers> stage_layers(int layers, int pp, int virtual_stages);
 // Slowest link of every axis's group for a layout placed on a cluster (Slurm block placement).
 AxisLinks axis_links(const Layout& layout, const Cluster& cluster);
 
-// One layer and one micro-batch on one GPU, forward direction (backward: 2× compute, same traffic).
+// One layer and one micro-batch on one GPU: compute per direction, communication per direction (the
+// backward moves the same volume as the forward).
 struct LayerCost {
   double fwd = 0;        // matmuls, attention and elementwise kernels
+  double bwd = 0;        // their input and weight gradients
   double selective = 0;  // extra work of selective recomputation (per layer, in the backward pass)
   double tp = 0, cp = 0, ep = 0;  // exposed collectives, latency included
-  double head = 0;       // output projection (last stage)
+  double head_fwd = 0, head_bwd = 0;  // output projection (last stage)
   double p2p = 0;        // one pipeline transfer of this micro-batch's activations
 };
 
@@ -57,6 +59,10 @@ class CostModel {
   MemoryParts stage_memory(const Setting& s, int layers, int rank) const;
   LayerCost layer_cost(const Setting& s, const AxisLinks& links) const;
   double bandwidth(Link link) const;  // bytes/s achieved by collectives
+  // Seconds of a forward GEMM (m×n outputs, depth k; `count` of them grouped) and of its backward pair
+  // (input gradient m×k over n, weight gradient k×n over m).
+  double gemm_fwd(double m, double n, double k, double count = 1) const;
+  double gemm_bwd(double m, double n, double k, double count = 1) const;
   // Start-up latency of one ring all-gather or reduce-scatter over n ranks on `islands` NVLink domains or
   // nodes (NCCL's tuning model), and of one point-to-point transfer (or all-to-all) over `link`.
   double ring_latency(int n, int islands, Link link) const;

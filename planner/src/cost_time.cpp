@@ -1,13 +1,18 @@
 // Step time of one setting (docs/planner.md, "Step time").
 #include <algorithm>
+#include <span>
 
 #include "cost.hpp"
 
 namespace meshrun::planner::detail {
-namespace {
-// GEMM efficiency falls for thin matrices: η · n / (n + n½), n the smallest GEMM dimension.
-double gemm_factor(double n, double half) { return n / (n + half); }
-}  // namespace
+
+double CostModel::gemm_fwd(double m, double n, double k, double count) const {
+  return count * 2.0 * m * n * k / (hw_.bf16_tflops * 1e12 * gemm_efficiency(hw_, m, n, k, count));
+}
+
+double CostModel::gemm_bwd(double m, double n, double k, double count) const {
+  return gemm_fwd(m, k, n, count) + gemm_fwd(k, n, m, count);
+}
 
 LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const {
   const double peak = hw_.bf16_tflops * 1e12;
@@ -15,29 +20,35 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   const double tokens = double(seq_) / s.cp * s.micro_batch;
   const bool moe = m_.experts > 0;
 
-  // One layer, one micro-batch, forward. Matmuls at a shape-dependent share of peak, attention at its own.
+  // One layer, one micro-batch. Each GEMM (and its two backward GEMMs) at its shape's share of the peak:
+  // y = x·W with x of tokens × in, W of in × out (this rank's shard), after SP's all-gather of x.
   const double q_dim = double(m_.heads) * m_.head_dim();
+  const double kv_dim = double(m_.kv_heads) * m_.head_dim();
   const double moe_ffn = m_.moe_ffn_hidden > 0 ? m_.moe_ffn_hidden : m_.ffn_hidden;
-  const double n_dense = std::min({tokens, q_dim / t, double(m_.hidden)});
-  double mm_time;
+  const double h = m_.hidden, glu = m_.mlp == "gelu" ? 1.0 : 2.0;  // SwiGLU fuses gate and up
+  struct Gemm { double rows, in, out, count; };
+  Gemm gemms[5] = {{tokens, h, (q_dim + 2 * kv_dim) / t, 1}, {tokens, q_dim / t, h, 1}};
+  int used = 2;
   if (moe) {
-    const double tokens_per_expert = tokens * m_.top_k * s.ep / m_.experts;  // balanced routing
-    const double n_exp = std::min({tokens_per_expert, moe_ffn / t, double(m_.hidden)});
-    const double dense_flops = tokens * 2.0 * (p_.attention + p_.router) / t;
-    const double expert_flops = tokens * 2.0 * m_.top_k * p_.expert / t;
-    mm_time = dense_flops / (peak * k_.matmul_efficiency * gemm_factor(n_dense, k_.gemm_half_size)) +
-              expert_flops / (peak * k_.matmul_efficiency * gemm_factor(n_exp, k_.gemm_half_size));
+    // Balanced routing: each local expert gets tokens·top_k·ep/E rows; one grouped GEMM per projection.
+    const double rows = tokens * m_.top_k * s.ep / m_.experts, local = double(m_.experts) / s.ep;
+    gemms[used++] = {tokens, h, double(m_.experts), 1};  // router
+    gemms[used++] = {rows, h, glu * moe_ffn / t, local};
+    gemms[used++] = {rows, moe_ffn / t, h, local};
   } else {
-    const double n = std::min(n_dense, double(m_.ffn_hidden) / t);
-    mm_time = tokens * fwd_matmul_flops_per_token_layer(m_) / t /
-              (peak * k_.matmul_efficiency * gemm_factor(n, k_.gemm_half_size));
+    gemms[used++] = {tokens, h, glu * m_.ffn_hidden / t, 1};
+    gemms[used++] = {tokens, m_.ffn_hidden / t, h, 1};
+  }
+  double mm_fwd = 0, mm_bwd = 0;
+  for (const Gemm& g : std::span(gemms, used)) {
+    mm_fwd += gemm_fwd(g.rows, g.out, g.in, g.count);
+    mm_bwd += gemm_bwd(g.rows, g.out, g.in, g.count);
   }
   const double attn_time =
       tokens * fwd_attention_flops_per_token_layer(m_, seq_) / t / (peak * k_.attention_efficiency);
   // Memory-bound elementwise kernels, bytes per token: two RMSNorms (read + write h), RoPE on Q and K,
   // the activation function (read 2F, write F; GeLU read F, write F), two residual adds (read 2h, write h).
   const double f_act = moe ? m_.top_k * moe_ffn : double(m_.ffn_hidden);
-  const double kv_dim = double(m_.kv_heads) * m_.head_dim();
   const double act_fn = (m_.mlp == "gelu" ? 2.0 : 3.0) * f_act;
   const double elementwise_bytes = act_ * (4.0 * m_.hidden + 2.0 * (q_dim + kv_dim) + act_fn + 6.0 * m_.hidden);
   const double elementwise_time = tokens * elementwise_bytes / t / (hw_.hbm_tbps * 1e12);
@@ -45,7 +56,9 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   LayerCost c;
   if (s.recompute == Recompute::selective)
     c.selective = tokens * act_ * (4.0 * m_.hidden + act_fn) / t / (hw_.hbm_tbps * 1e12);
-  c.fwd = mm_time + attn_time + elementwise_time;
+  // Attention's and the elementwise kernels' backward: twice the forward work.
+  c.fwd = mm_fwd + attn_time + elementwise_time;
+  c.bwd = mm_bwd + 2 * (attn_time + elementwise_time);
 
   // Exposed collectives per layer per micro-batch and direction (backward moves the same volume), each
   // with its start-up latency (ring steps over the group, NCCL's model).
@@ -60,9 +73,8 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   c.ep = (moe && s.ep > 1)
              ? 2.0 * (double(s.ep - 1) / s.ep * a2a_bytes / bandwidth(links.ep) + p2p_latency(links.ep))
              : 0.0;
-  const double head_n = std::min(tokens, double(m_.hidden));
-  c.head = tokens * fwd_head_flops_per_token(m_) / t /
-           (peak * k_.matmul_efficiency * gemm_factor(head_n, k_.gemm_half_size));
+  c.head_fwd = gemm_fwd(tokens, double(m_.vocab) / t, h);
+  c.head_bwd = gemm_bwd(tokens, double(m_.vocab) / t, h);
   c.p2p = tokens * m_.hidden * act_ / sp_div / bandwidth(links.pp) + p2p_latency(links.pp);
   return c;
 }
@@ -75,23 +87,30 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
   const double again = s.recompute == Recompute::full ? 1.0 : 0.0;  // full recompute re-runs the forward
 
   // The slowest rank per micro-batch: most layers, or the last rank's layers plus the output head.
-  auto per_mb = [&](int layers, bool with_head) {
+  struct PerMicroBatch {
     TimeParts p;
-    p.compute = layers * 3 * c.fwd + (with_head ? 3 * c.head : 0);
+    double fwd = 0;  // the forward share of p.compute
+  };
+  auto per_mb = [&](int layers, bool with_head) {
+    PerMicroBatch r;
+    TimeParts& p = r.p;
+    r.fwd = layers * c.fwd + (with_head ? c.head_fwd : 0);
+    p.compute = layers * (c.fwd + c.bwd) + (with_head ? c.head_fwd + c.head_bwd : 0);
     p.recompute = layers * (again * c.fwd + c.selective);
     p.tp_comm = layers * (2 + again) * c.tp;
     // CP: the forward all-gathers K, V; the backward all-gathers them again (only the local shard is saved,
     // see the memory model) and reduce-scatters dK, dV. Full recomputation's gather serves the backward.
     p.cp_comm = layers * 3 * c.cp;
     p.ep_comm = layers * (2 + again) * c.ep;
-    return p;
+    return r;
   };
-  TimeParts mb = per_mb(l.max, false);
-  TimeParts last = per_mb(l.last, true);
-  if (last.step() > mb.step()) mb = last;
+  PerMicroBatch slowest = per_mb(l.max, false);
+  const PerMicroBatch last = per_mb(l.last, true);
+  if (last.p.step() > slowest.p.step()) slowest = last;
+  const TimeParts& mb = slowest.p;
   const double t_mb = mb.step();
   // Compute windows of one micro-batch on this stage; recomputation runs inside the backward pass.
-  const double t_f_stage = mb.compute / 3, t_b_stage = 2 * mb.compute / 3 + mb.recompute;
+  const double t_f_stage = slowest.fwd, t_b_stage = mb.compute - slowest.fwd + mb.recompute;
 
   TimeParts step;
   step.compute = micro * mb.compute;

@@ -64,7 +64,7 @@ void estimate_object(JsonWriter& j, const Estimate& e) {
   j.begin_object();
   layout_json(j, e);
   j.key("hardware").begin_object();
-  j.field("gpu", e.hardware.gpu).field("bf16_tflops", e.hardware.bf16_tflops);
+  j.field("gpu", e.hardware.gpu).field("bf16_tflops", e.hardware.bf16_tflops).field("sms", e.hardware.sms);
   j.field("memory_gib", e.hardware.memory_gib).field("nvlink_gbps", e.hardware.nvlink_gbps);
   j.field("network_gbps_per_gpu", e.hardware.nic_gbps_per_gpu);
   j.end_object();
@@ -102,7 +102,8 @@ void print_estimate_table(std::ostream& os, const Estimate& e) {
   const Hardware& hw = e.hardware;
   os << "Estimate (cost model: docs/planner.md)\n";
   os << "  setting     " << setting_line(e) << "\n";
-  os << "  hardware    " << hw.gpu << ": " << fmt("%.0f", hw.bf16_tflops) << " TFLOP/s bf16, "
+  os << "  hardware    " << hw.gpu << ": " << fmt("%.0f", hw.bf16_tflops) << " TFLOP/s bf16"
+     << (hw.sms > 0 ? " on " + std::to_string(hw.sms) + " SMs" : std::string()) << ", "
      << fmt("%.1f", hw.memory_gib) << " GiB, NVLink " << fmt("%.0f", hw.nvlink_gbps) << " GB/s, network "
      << fmt("%.1f", hw.nic_gbps_per_gpu) << " GB/s per GPU\n";
   os << "  links       tp " << link_name(e.links.tp) << ", cp " << link_name(e.links.cp) << ", pp "

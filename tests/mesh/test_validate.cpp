@@ -1,4 +1,5 @@
 // Every validation check fires, with a message that names the problem and a fix; valid layouts pass.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "meshrun/layout.hpp"
@@ -155,6 +156,16 @@ TEST_CASE("Llama 3's uneven pipeline split", "[validate]") {
   int total = 0;
   for (int x : *v) total += x;
   REQUIRE(total == 126);
+  // One layer per chunk (Llama 3 405B: pp 16 × 8 virtual stages): the first chunk holds only the embedding
+  // and the last only the output head.
+  auto one = chunk_layers(126, 128);
+  REQUIRE(one);
+  REQUIRE(one->size() == 128);
+  REQUIRE(one->front() == 0);
+  REQUIRE(one->back() == 0);
+  REQUIRE(std::count(one->begin(), one->end(), 1) == 126);
+  REQUIRE_FALSE(chunk_layers(126, 256));  // 128 is not a multiple of 256
+  REQUIRE_FALSE(chunk_layers(1, 2));      // two chunks cannot both give up a layer
   REQUIRE(chunk_layers(32, 4) == std::vector<int>{8, 8, 8, 8});
   REQUIRE_FALSE(chunk_layers(7, 2));
   REQUIRE_FALSE(chunk_layers(3, 4));

@@ -69,7 +69,9 @@ inline ClusterSpec dgx(const char* node_type, int gpus) {
 }
 
 // Llama 3 405B pre-training on H100 (paper Table 4): order [TP, CP, PP, DP], global batch 16M tokens,
-// interleaved pipeline, FSDP-style sharding of optimizer state (ZeRO-1 traffic pattern).
+// interleaved pipeline with one layer per chunk (§3.3.2: the first chunk holds only the embedding, the last
+// only the output head, so 126 + 2 = 16 · 8 chunks: 8 virtual stages), FSDP-style sharding of optimizer
+// state (ZeRO-1 traffic pattern).
 inline JobConfig llama3_405b_job(int gpus, int tp, int cp, int pp, int seq_len, int global_batch) {
   JobConfig j;
   j.model = llama3_405b();
@@ -82,7 +84,7 @@ inline JobConfig llama3_405b_job(int gpus, int tp, int cp, int pp, int seq_len, 
   j.parallel.sequence_parallel = true;
   j.parallel.zero_stage = 1;
   j.parallel.pipeline_schedule = "interleaved";
-  j.parallel.virtual_stages = 2;
+  j.parallel.virtual_stages = 8;
   j.training.seq_len = seq_len;
   j.training.global_batch_size = global_batch;
   j.training.micro_batch_size = 1;

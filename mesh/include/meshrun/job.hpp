@@ -52,6 +52,7 @@ struct ClusterSpec {
   std::string gpu;                    // GPU model ("h100-sxm", "h200", "a100-80gb", "b200", "gb200")
   double gpu_memory_gib = 0;
   double gpu_bf16_tflops = 0;         // dense peak
+  int gpu_sms = 0;                    // streaming multiprocessors (GEMM wave quantization)
   double nvlink_gbps = 0;             // GB/s per GPU per direction
   int nics_per_node = 0;
   double nic_gbps = 0;                // Gbit/s per NIC

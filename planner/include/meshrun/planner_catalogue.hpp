@@ -1,7 +1,8 @@
 // Performance catalogue of GPU models and the constants of the planner's cost model.
 // Placement facts (GPUs per node, NVLink domain, NIC count) belong to mesh's node types; the figures here
 // are what the estimate needs: dense bf16 peak, memory, link bandwidths. Every value can be overridden in the
-// template's [cluster] section (gpu, gpu_memory_gib, gpu_bf16_tflops, nvlink_gbps, nics_per_node, nic_gbps).
+// template's [cluster] section (gpu, gpu_memory_gib, gpu_bf16_tflops, gpu_sms, nvlink_gbps, nics_per_node,
+// nic_gbps).
 #pragma once
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@ namespace meshrun::planner {
 struct GpuPerf {
   std::string name;        // catalogue key, e.g. "h100-sxm"
   double bf16_tflops;      // dense bf16 tensor-core peak, TFLOP/s
+  int sms;                 // streaming multiprocessors: one GEMM output tile each at a time
   double memory_gib;       // HBM capacity as the driver reports it, GiB
   double hbm_tbps;         // HBM bandwidth, TB/s
   double nvlink_gbps;      // NVLink bandwidth per GPU per direction, GB/s
@@ -30,6 +32,10 @@ struct CostConstants {
   double matmul_efficiency = 0.0;     // fraction of bf16 peak that large GEMMs reach
   double attention_efficiency = 0.0;  // fraction of bf16 peak that fused (flash) attention reaches, fwd+bwd
   double gemm_half_size = 0.0;        // GEMM dimension at which efficiency halves: η·n/(n + n½)
+  // Output tile of one SM in cuBLAS's large bf16 kernels (either orientation): a GEMM runs in waves of
+  // one tile per SM, and a last wave that leaves SMs idle costs a full wave (wave quantization).
+  double gemm_tile_rows = 0.0;
+  double gemm_tile_cols = 0.0;
   double network_efficiency = 0.0;    // fraction of link bandwidth NCCL collectives achieve (NVLink and NICs)
   double overlap_cost = 0.0;          // compute slowdown per second of communication hidden behind it (the
                                       // communication kernels occupy SMs and HBM bandwidth)
@@ -48,6 +54,7 @@ const CostConstants& cost_constants();
 struct Hardware {
   std::string gpu;
   double bf16_tflops = 0;
+  int sms = 0;                 // 0 = unknown: GEMMs are not wave-quantized
   double memory_gib = 0;
   double hbm_tbps = 0;
   double nvlink_gbps = 0;      // per GPU per direction
@@ -58,6 +65,12 @@ struct Hardware {
   int gpus_per_node = 0;
   int nvlink_domain_gpus = 1;
 };
+
+// Share of the bf16 peak one GEMM reaches: count equal problems (a grouped GEMM: MoE experts) of m×n
+// outputs and depth k. η_mm · wave quantization (tiles of gemm_tile_rows × gemm_tile_cols, either
+// orientation, no larger than the output; one per SM per wave; partial tiles count whole) · n/(n + n½) for
+// the smallest dimension n.
+double gemm_efficiency(const Hardware& hw, double m, double n, double k, double count = 1);
 
 // Resolves cluster.gpu (else the node type's GPU) in the catalogue and applies the overrides.
 // Throws meshrun::ConfigError with one actionable line when the GPU is unknown.
