@@ -1,0 +1,110 @@
+// Pipeline schedules as data (after sail-sg/zero-bubble-pipeline-parallelism): a generator per schedule
+// writes, for every pipeline rank, the ordered list of actions it performs in one optimizer step; a
+// validator checks a table; a simulator turns a table and costs into timelines. The trainer's runtime
+// executes a rank's list and nothing else decides the order; the planner and `meshrun plan --schedule`
+// read the same generator and simulator.
+//
+// Chunks: the model is cut into pp·V chunks (mesh's chunk_layers gives their layer counts). Chunk c lives
+// on pipeline rank chunk_rank(c) = c mod pp as its virtual stage c / pp (Megatron's interleaving). Chunk 0
+// holds the embedding, chunk pp·V−1 the head and the loss.
+//
+// Communication semantics (what the validator and the simulator assume, and what the runtime does): a
+// send never blocks (the runtime posts a non-blocking send and completes it before the buffer is reused);
+// a receive blocks until the matching send has been posted. Every activation send of (micro-batch m,
+// chunk c) on rank chunk_rank(c) is matched by one receive of (m, c) on chunk_rank(c+1); every gradient
+// send of (m, c) on chunk_rank(c) by one receive of (m, c) on chunk_rank(c−1). Message tags derive from
+// (kind, micro-batch, chunk), so matching does not depend on posting order.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshrun {
+
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
+// "gpipe" | "1f1b" | "interleaved" | "zb"
+std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view name);
+const char* pipeline_schedule_name(PipelineSchedule s);
+
+enum class ActionKind {
+  F,          // forward of (micro-batch, chunk)
+  B,          // backward for the input gradient only (what the previous chunk waits for)
+  W,          // backward for the weight gradient (deferrable)
+  BW,         // fused B and W
+  send_act,   // output activation of F(mb, chunk), to the rank of chunk+1
+  recv_act,   // output activation of F(mb, chunk) from its rank, for F(mb, chunk+1) here
+  send_grad,  // input gradient from B(mb, chunk), to the rank of chunk−1
+  recv_grad,  // input gradient from B(mb, chunk) on its rank, for B(mb, chunk−1) here
+};
+const char* action_name(ActionKind k);  // "F", "B", "W", "BW", "send_act", ...
+
+// One entry of a rank's list. For sends and receives, `chunk` is always the chunk that produced the
+// tensor (so a send and its receive carry the same (kind family, mb, chunk)), and `peer` the other rank.
+struct Action {
+  ActionKind kind;
+  int microbatch = 0;
+  int chunk = 0;
+  int peer = -1;  // pipeline rank of the other side of a send/receive; -1 for compute
+  bool operator==(const Action&) const = default;
+};
+std::string action_text(const Action& a);  // "F(mb=3, chunk=1)", "send_act(mb=3, chunk=1 -> rank 2)"
+
+struct ScheduleSpec {
+  PipelineSchedule kind = PipelineSchedule::one_f_one_b;
+  int pp = 1;
+  int virtual_stages = 1;  // V; > 1 only with interleaved, which needs it >= 2
+  int microbatches = 1;    // m per optimizer step
+};
+
+struct ScheduleTable {
+  ScheduleSpec spec;
+  std::vector<std::vector<Action>> ranks;  // [pp][i]: rank's actions in execution order
+  int chunks() const { return spec.pp * spec.virtual_stages; }
+};
+
+inline int chunk_rank(int chunk, int pp) { return chunk % pp; }
+inline int chunk_virtual_stage(int chunk, int pp) { return chunk / pp; }
+
+// One "<problem>; <fix>" line if the combination cannot be scheduled (e.g. virtual_stages > 1 without
+// interleaved, interleaved with V < 2 or m not a multiple of pp, m < pp), else "".
+std::string check_schedule_spec(const ScheduleSpec& spec);
+
+// The table of a valid spec (check_schedule_spec(spec) == ""); throws std::invalid_argument otherwise.
+ScheduleTable generate_schedule(const ScheduleSpec& spec);
+
+// Every problem of a table, one line each naming the rank and the action: a compute action before its
+// dependencies (F(m,c) needs F(m,c−1) on the same rank or a receive of it; B(m,c) needs F(m,c) and
+// B(m,c+1) or its receive; W(m,c) needs B(m,c)), a missing or duplicated F/B/W (or BW), a send without its
+// receive or the reverse, a peer that is not the producing/consuming rank, and deadlock under the
+// semantics above (the message names the blocked actions). Empty = valid.
+std::vector<std::string> validate_schedule(const ScheduleTable& table);
+
+// Costs for the simulator, in any unit. Per chunk (index = chunk) or one value for all when size 1.
+struct ScheduleCosts {
+  std::vector<double> f{1.0}, b{1.0}, w{1.0};
+  double transfer = 0.0;  // from a send's start to the moment the receive can complete
+  // BW costs b + w.
+};
+
+struct TimedAction {
+  int index = 0;        // into the rank's action list
+  double start = 0, end = 0;
+};
+
+struct Timeline {
+  std::vector<std::vector<TimedAction>> ranks;  // compute actions only, in execution order
+  double makespan = 0;
+  std::vector<double> idle;                     // per rank: makespan − busy compute time
+  double bubble_fraction = 0;                   // Σ idle / (pp · makespan)
+  // Live activation slots: (micro-batch, chunk) is live on its rank from its F until its W (or BW)
+  // finishes. Peak over time per rank, and the maximum over ranks.
+  std::vector<int> peak_live_per_rank;
+  int peak_live_microbatches = 0;
+};
+
+// Requires a valid table (validate_schedule empty); throws std::invalid_argument otherwise.
+Timeline simulate_schedule(const ScheduleTable& table, const ScheduleCosts& costs);
+
+}  // namespace meshrun
