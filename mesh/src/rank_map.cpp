@@ -83,6 +83,19 @@ int RankGrid::rank(const Coord& c) const {
   return c.tp * stride(Axis::tp) + c.cp * stride(Axis::cp) + c.dp * stride(Axis::dp) + c.pp * stride(Axis::pp);
 }
 
+int RankGrid::along(int rank, Axis axis, int coordinate) const {
+  if (axis == Axis::ep) throw std::invalid_argument("RankGrid::along: ep is not a dense axis");
+  const int size = layout_.size(axis);
+  if (coordinate < 0 || coordinate >= size)
+    throw std::invalid_argument(std::string("RankGrid::along: coordinate out of range on ") + axis_name(axis));
+  return rank + (coordinate - coords(rank).get(axis)) * stride(axis);
+}
+
+RankGrid::RingPeers RankGrid::ring_peers(int rank, Axis axis) const {
+  const int size = layout_.size(axis), own = coords(rank).get(axis);
+  return {along(rank, axis, (own + size - 1) % size), along(rank, axis, (own + 1) % size)};
+}
+
 int RankGrid::group_size(GroupKind k) const {
   switch (k) {
     case GroupKind::tp: return layout_.tp;

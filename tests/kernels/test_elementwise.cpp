@@ -43,6 +43,34 @@ TEST_CASE("rmsnorm backward matches float64 central differences", "[kernels][rms
   CHECK(rel_error(minus(dx_acc, xprior), gx) <= kGradTol);
 }
 
+TEST_CASE("rmsnorm backward split into input and weight halves equals the fused kernel bit for bit",
+          "[kernels][rmsnorm]") {
+  // Pipelines that defer weight gradients (zero-bubble B/W) call the halves at different times; the
+  // numbers must not depend on the schedule. float32, where a changed operation order would show.
+  const int rows = 5, dim = 16;
+  std::vector<float> x(rows * dim), w(dim), dy(rows * dim), y(rows * dim), rstd(rows);
+  for (int i = 0; i < rows * dim; ++i) {
+    x[i] = float(std::sin(0.37 * i + 1.0));
+    dy[i] = float(std::cos(0.11 * i));
+  }
+  for (int j = 0; j < dim; ++j) w[j] = float(1.0 + 0.1 * j);
+  k::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), rows, dim, 1e-5);
+  for (k::Store store : {k::Store::overwrite, k::Store::accumulate}) {
+    std::vector<float> dx_fused(rows * dim, 0.5f), dw_fused(dim, 0.25f), dx_split = dx_fused, dw_split = dw_fused;
+    k::rmsnorm_backward(dx_fused.data(), dw_fused.data(), dy.data(), x.data(), w.data(), rstd.data(), rows, dim, store);
+    k::rmsnorm_backward_input(dx_split.data(), dy.data(), x.data(), w.data(), rstd.data(), rows, dim, store);
+    k::rmsnorm_backward_weight(dw_split.data(), dy.data(), x.data(), rstd.data(), rows, dim);
+    CHECK(dx_split == dx_fused);
+    CHECK(dw_split == dw_fused);
+  }
+  // Negative: a different row order in the weight half is not the same bits (the test can fail).
+  std::vector<float> dw_a(dim, 0.0f), dw_b(dim, 0.0f);
+  k::rmsnorm_backward_weight(dw_a.data(), dy.data(), x.data(), rstd.data(), rows, dim);
+  for (int r = rows - 1; r >= 0; --r)
+    k::rmsnorm_backward_weight(dw_b.data(), dy.data() + r * dim, x.data() + r * dim, rstd.data() + r, 1, dim);
+  CHECK(dw_a != dw_b);
+}
+
 TEST_CASE("rope matches the Hugging Face rotate_half formula", "[kernels][rope]") {
   const int tokens = 5, heads = 3, d = 8;
   const double theta = 10000.0;

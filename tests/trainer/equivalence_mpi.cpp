@@ -35,6 +35,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,36 +50,25 @@ using namespace meshrun::train;
 namespace {
 
 // Fault injection for the negative tests (test-only decorator over a real communicator).
-enum class Fault { none, skip_tp_all_reduce, rotate_dp_all_gather };
+enum class Fault { none, skip_tp_all_reduce, rotate_dp_all_gather, stage_skips_layer };
 
-class FaultyComm final : public Comm {
+class FaultyComm final : public ForwardingComm {
  public:
-  FaultyComm(std::unique_ptr<Comm> inner, Fault f) : in_(std::move(inner)), f_(f) {}
-  int size() const override { return in_->size(); }
-  int rank() const override { return in_->rank(); }
+  FaultyComm(std::unique_ptr<Comm> inner, Fault f) : ForwardingComm(std::move(inner)), f_(f) {}
   void all_reduce(void* b, std::int64_t n, DType t, ReduceOp op) override {
     if (f_ == Fault::skip_tp_all_reduce && op == ReduceOp::sum) return;  // "forgot" the row-parallel sum
-    in_->all_reduce(b, n, t, op);
+    inner().all_reduce(b, n, t, op);
   }
-  void reduce_scatter(const void* s, void* r, std::int64_t n, DType t, ReduceOp op) override { in_->reduce_scatter(s, r, n, t, op); }
   void all_gather(const void* s, void* r, std::int64_t n, DType t) override {
-    in_->all_gather(s, r, n, t);
+    inner().all_gather(s, r, n, t);
     if (f_ != Fault::rotate_dp_all_gather) return;
     // Every rank puts block r+1 where block r belongs: a shard written to the wrong place.
     const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
     char* p = static_cast<char*>(r);
     std::rotate(p, p + bytes, p + bytes * size());
   }
-  void broadcast(void* b, std::int64_t n, DType t, int root) override { in_->broadcast(b, n, t, root); }
-  void send(const void* b, std::int64_t n, DType t, int peer, int tag) override { in_->send(b, n, t, peer, tag); }
-  void recv(void* b, std::int64_t n, DType t, int peer, int tag) override { in_->recv(b, n, t, peer, tag); }
-  void all_to_all(const void* s, const std::int64_t* sc, void* r, const std::int64_t* rc, DType t) override {
-    in_->all_to_all(s, sc, r, rc, t);
-  }
-  void barrier() override { in_->barrier(); }
 
  private:
-  std::unique_ptr<Comm> in_;
   Fault f_;
 };
 
@@ -94,11 +84,20 @@ struct Case {
   bool sp = false;
   bool fp64 = false;
   std::string order = "tp-cp-ep-dp-pp";
+  int pp = 1, virtual_stages = 1;
+  std::string schedule = "1f1b";
+  int ranks() const { return tp * dp * pp; }
   std::string str() const {
-    char b[96];
+    char b[160];
     std::snprintf(b, sizeof b, "%s tp=%d dp=%d zero=%d sp=%s mbs=%d", fp64 ? "fp64" : "fp32", tp, dp, zero,
                   sp ? "on" : "off", mbs);
-    return b;
+    std::string out = b;
+    if (pp > 1) {
+      std::snprintf(b, sizeof b, " pp=%d %s", pp, schedule.c_str());
+      out += b;
+      if (virtual_stages > 1) out += " V=" + std::to_string(virtual_stages);
+    }
+    return out;
   }
 };
 
@@ -106,9 +105,12 @@ struct Case {
 template <class T>
 Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::none) {
   cfg.training.micro_batch_size = c.mbs;
+  cfg.parallel.pipeline_schedule = c.schedule;
   Layout layout;
   layout.tp = c.tp;
   layout.dp = c.dp;
+  layout.pp = c.pp;
+  layout.virtual_stages = c.virtual_stages;
   layout.zero_stage = c.zero;
   layout.sequence_parallel = c.sp;
   std::string err;
@@ -129,7 +131,10 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
                        cfg.training.global_batch_size);
   const BatchSchedule sched(file, cfg.training.seq_len, cfg.training.global_batch_size, cfg.data.shuffle,
                             cfg.training.seed);
-  Trainer<T> t(cfg, grid, rank, groups);
+  typename Trainer<T>::ChunkEdit edit;
+  if (fault == Fault::stage_skips_layer)  // the second chunk forgets its first decoder layer
+    edit = [](std::vector<ChunkUnits>& chunks) { chunks.at(1).units.erase(chunks.at(1).units.begin()); };
+  Trainer<T> t(cfg, grid, rank, groups, edit);
   t.init_params();
   Run r;
   for (int s = 0; s < cfg.training.steps; ++s) {
@@ -218,28 +223,31 @@ int main(int argc, char** argv) {
   rep.rank = rank;
   const int B = cfg.training.global_batch_size;
 
-  std::map<std::pair<int, bool>, Run> serial;  // by (micro-batch size, fp64); rank 0 only, no communication
-  auto reference = [&](int mbs, bool fp64) -> const Run& {
-    const auto key = std::make_pair(mbs, fp64);
+  // Single-process references by (model, micro-batch size, fp64); rank 0 only, no communication.
+  std::map<std::tuple<int, int, bool>, Run> serial;
+  auto reference_of = [&](const JobConfig& jc, int mbs, bool fp64) -> const Run& {
+    const auto key = std::make_tuple(jc.model.layers, mbs, fp64);
     if (!serial.count(key)) {
       const Case c{1, 1, 0, mbs, false, fp64};
-      serial[key] = fp64 ? train_run<double>(cfg, c, MPI_COMM_NULL) : train_run<float>(cfg, c, MPI_COMM_NULL);
+      serial[key] = fp64 ? train_run<double>(jc, c, MPI_COMM_NULL) : train_run<float>(jc, c, MPI_COMM_NULL);
     }
     return serial[key];
   };
+  auto reference = [&](int mbs, bool fp64) -> const Run& { return reference_of(cfg, mbs, fp64); };
 
-  auto run_on = [&](const Case& c, Fault f = Fault::none) -> Run {
-    // Ranks [0, tp·dp) form the layout's communicator; the rest wait.
-    const int need = c.tp * c.dp;
+  auto run_cfg = [&](const JobConfig& jc, const Case& c, Fault f = Fault::none) -> Run {
+    // Ranks [0, tp·dp·pp) form the layout's communicator; the rest wait.
+    const int need = c.ranks();
     MPI_Comm sub = MPI_COMM_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, rank < need ? 0 : MPI_UNDEFINED, rank, &sub);
     Run r;
     if (sub != MPI_COMM_NULL) {
-      r = c.fp64 ? train_run<double>(cfg, c, sub, f) : train_run<float>(cfg, c, sub, f);
+      r = c.fp64 ? train_run<double>(jc, c, sub, f) : train_run<float>(jc, c, sub, f);
       MPI_Comm_free(&sub);
     }
     return r;
   };
+  auto run_on = [&](const Case& c, Fault f = Fault::none) -> Run { return run_cfg(cfg, c, f); };
 
   // Clipping must actually happen in the reference run, or the global-norm path is not being compared.
   if (rank == 0) {
@@ -313,6 +321,64 @@ int main(int argc, char** argv) {
                 true, kFp32, true);
       rep.check("NEGATIVE same wrong shard, judged by tolerance", compare(rotated, reference(B / 2, false)), false,
                 kFp32, true);
+    }
+  }
+
+  // Pipeline parallelism, on 8 layers (pp = 4 with V = 2 is one layer per chunk), 8 micro-batches of one
+  // sequence per data-parallel rank. Which comparison holds, and why:
+  //  * BIT-EXACT against the same layout without a pipeline (pp = 1), for every schedule: a pipeline only
+  //    moves where and when each unit's F, B and W run. Every generated table runs each chunk's B and W in
+  //    ascending micro-batch order, so each unit accumulates ((g_0 + g_1) + g_2) + ... as with pp = 1;
+  //    the loss is summed over micro-batches in order on the last stage; the gradient norm sums per unit
+  //    and adds the other stages' units as exact zeros; fused BW and split B, W are the same operations.
+  //  * Hence BIT-EXACT against the single process when tp = dp = 1, and otherwise within the bounds above
+  //    (the reasons are those of the tp/dp layouts, not the pipeline's).
+  JobConfig cfg8 = cfg;
+  cfg8.model.layers = 8;
+  struct PipeCase {
+    int pp, tp, dp, zero;
+    bool sp;
+    const char* schedule;
+    int virtual_stages;
+  };
+  const PipeCase pipes[] = {
+      {2, 1, 1, 0, false, "gpipe", 1}, {2, 1, 1, 0, false, "1f1b", 1}, {2, 1, 1, 0, false, "interleaved", 2},
+      {2, 1, 1, 0, false, "zb", 1},    {4, 1, 1, 0, false, "gpipe", 1}, {4, 1, 1, 0, false, "1f1b", 1},
+      {4, 1, 1, 0, false, "interleaved", 2}, {4, 1, 1, 0, false, "zb", 1},
+      {2, 2, 1, 0, false, "zb", 1},    {2, 1, 2, 1, false, "1f1b", 1}, {2, 1, 2, 3, false, "zb", 1},
+      {2, 2, 1, 0, true, "interleaved", 2}, {2, 2, 2, 1, false, "1f1b", 1}, {2, 2, 2, 3, true, "zb", 1},
+  };
+  std::map<std::string, Run> flat;  // the same layouts with pp = 1, by Case::str()
+  for (const PipeCase& pc : pipes) {
+    for (int fp64 = 0; fp64 <= 1; ++fp64) {
+      const bool exact_vs_serial = pc.tp == 1 && pc.dp == 1;
+      if (fp64 && exact_vs_serial) continue;  // fp64 only where fp32 cannot be bit-exact
+      Case c{pc.tp, pc.dp, pc.zero, 1, pc.sp, fp64 == 1};
+      if (c.ranks() * pc.pp > world) {
+        if (rank == 0) std::printf("skip %s pp=%d: needs %d ranks, have %d\n", c.str().c_str(), pc.pp, c.ranks() * pc.pp, world);
+        continue;
+      }
+      if (!flat.count(c.str())) flat[c.str()] = run_cfg(cfg8, c);
+      Case p = c;
+      p.pp = pc.pp;
+      p.schedule = pc.schedule;
+      p.virtual_stages = pc.virtual_stages;
+      const Run r = run_cfg(cfg8, p);
+      if (rank != 0) continue;
+      const Tol& tol = fp64 ? kFp64 : kFp32;
+      rep.check(p.str() + " vs pp=1", compare(r, flat[c.str()]), true, tol);
+      rep.check(p.str() + " vs 1 process", compare(r, reference_of(cfg8, 1, fp64 == 1)), exact_vs_serial, tol);
+    }
+  }
+  // Negative: the second stage skips its first decoder layer; both the exact and the tolerance check fail.
+  if (world >= 2) {
+    Case c{1, 1, 0, 1, false, false};
+    c.pp = 2;
+    const Run skipped = run_cfg(cfg8, c, Fault::stage_skips_layer);
+    if (rank == 0) {
+      rep.check("NEGATIVE pp=2, stage 1 skips a layer", compare(skipped, reference_of(cfg8, 1, false)), true, kFp32, true);
+      rep.check("NEGATIVE same skipped layer, judged by tolerance", compare(skipped, reference_of(cfg8, 1, false)),
+                false, kFp32, true);
     }
   }
 

@@ -3,12 +3,14 @@
 // for every parameter. (The kernels' own per-op checks live in tests/kernels.)
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <string>
 #include <cmath>
 #include <vector>
 
 #include "meshrun/train/comm_mpi.hpp"
-#include "meshrun/train/model.hpp"
 #include "meshrun/train/params.hpp"
+#include "meshrun/train/stage.hpp"
 #include "meshrun/train/zero.hpp"
 
 using namespace meshrun;
@@ -34,12 +36,31 @@ struct Setup {
   ParamTable table = build_param_table(spec, 1, 0);
   ParamStore<double> store{table, 0, dp};
   static constexpr std::int64_t S = 5, mbs = 2;
-  Model<double> model{ModelDims::from(spec), table, tp, false, S, mbs};
+  BatchGeometry geometry = [] {
+    TrainingSpec t;
+    t.seq_len = S;
+    t.micro_batch_size = mbs;
+    t.global_batch_size = mbs;
+    std::string err;
+    return *batch_geometry(t, Layout{}, &err);
+  }();
+  LayerDims dims = LayerDims::make(spec, geometry, 1, 0);
+  TensorParallel tpc{&tp, false, dims.n, dims.nl, dims.h};
+  LayerWorkspace<double> ws;
+  std::vector<std::int32_t> pos{0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
+  // The whole model as one pipeline chunk (embedding, both layers, head).
+  Stage<double> stage{chunk_units(table, {spec.layers}).front(), dims, tpc, table, store, ws, pos};
   std::vector<std::int32_t> ids{1, 5, 3, 9, 0, 7, 7, 2, 10, 4};
   std::vector<std::int32_t> tgt{5, 3, 9, 0, 6, 7, 2, 10, 4, 8};
   double scale = 1.0 / (S * mbs);
 
+  void load() {
+    std::copy(ids.begin(), ids.end(), stage.ids(0));
+    std::copy(tgt.begin(), tgt.end(), stage.targets(0));
+  }
+
   Setup() {
+    ws.resize(dims, false);
     for (std::size_t u = 0; u < table.units.size(); ++u) {
       std::vector<double> buf(table.units[u].size);
       init_unit(buf.data(), table.units[u], 3, spec.layers);
@@ -51,7 +72,12 @@ struct Setup {
       store.write_unit(int(u), buf.data());
     }
   }
-  double loss() { return model.forward(store, ids.data(), tgt.data()) * scale; }
+  double loss() {
+    load();
+    const double l = stage.forward(0) * scale;
+    stage.discard(0);
+    return l;
+  }
 };
 
 double rel_error(const std::vector<double>& a, const std::vector<double>& n) {
@@ -68,7 +94,10 @@ double rel_error(const std::vector<double>& a, const std::vector<double>& n) {
 // Analytic gradients (per unit) with the given loss scale, and numeric ones of loss()·1.
 std::vector<std::vector<double>> analytic(Setup& s, double scale) {
   s.store.zero_grads();
-  s.model.forward_backward(s.store, s.ids.data(), s.tgt.data(), scale);
+  s.load();
+  s.stage.forward(0);
+  s.stage.backward_input(0, scale);
+  s.stage.backward_weight(0);
   s.store.reduce_grads();
   std::vector<std::vector<double>> g;
   for (std::size_t u = 0; u < s.table.units.size(); ++u) {

@@ -189,10 +189,14 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   if (!all_ok(err.empty())) throw InputError(err.empty() ? "metrics file" : err);
 
   if (rank == 0) {
-    std::printf("meshrun-train: %s, %lld parameters, %s; layout tp=%d dp=%d zero=%d sp=%s on %d ranks (%s)\n",
+    std::printf("meshrun-train: %s, %lld parameters, %s; layout tp=%d pp=%d dp=%d zero=%d sp=%s on %d ranks (%s)\n",
                 cfg.model.name.c_str(), static_cast<long long>(trainer.table().global_size()), cfg.training.dtype.c_str(),
-                layout.tp, layout.dp, layout.zero_stage, layout.sequence_parallel ? "on" : "off", layout.world(),
-                layout.order.str().c_str());
+                layout.tp, layout.pp, layout.dp, layout.zero_stage, layout.sequence_parallel ? "on" : "off",
+                layout.world(), layout.order.str().c_str());
+    if (layout.pp > 1)
+      std::printf("meshrun-train: pipeline %s, %d stages × %d virtual, %lld micro-batches per step\n",
+                  pipeline_schedule_name(trainer.schedule().spec.kind), layout.pp, layout.virtual_stages,
+                  static_cast<long long>(trainer.geometry().microbatches));
     std::fflush(stdout);
   }
   for (int s = 0; s < cfg.training.steps; ++s) {
@@ -206,7 +210,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
                   "total %s; activations %s; process max RSS %s\n",
                   layout.zero_stage, mib(m.params).c_str(), mib(m.grads).c_str(), mib(m.optimizer).c_str(),
                   mib(m.transient_peak).c_str(), mib(m.total()).c_str(),
-                  mib(trainer.model().activation_bytes()).c_str(), mib(max_rss_bytes()).c_str());
+                  mib(trainer.activation_bytes()).c_str(), mib(max_rss_bytes()).c_str());
     }
     std::fflush(stdout);
     if (metrics) {
@@ -220,6 +224,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
           .field("tokens_per_s", st.tokens_per_s)
           .field("ms_per_step", st.ms)
           .field("memory_bytes", trainer.memory().total())
+          .field("pipeline_wait_ms", st.pipeline.wait_s * 1000.0)
+          .field("pipeline_compute_ms", st.pipeline.compute_s() * 1000.0)
           .end_object();
       std::fprintf(metrics, "%s\n", line.c_str());
       std::fflush(metrics);

@@ -50,11 +50,27 @@ void LocalComm::reduce_scatter(const void* send, void* recv, std::int64_t n, DTy
 void LocalComm::all_gather(const void* send, void* recv, std::int64_t n, DType t) {
   if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
 }
-void LocalComm::send(const void*, std::int64_t, DType, int, int) {
-  throw std::logic_error("LocalComm::send: a group of one process has no peer");
+Request LocalComm::isend(const void*, std::int64_t, DType, int, int) {
+  throw std::logic_error("LocalComm::isend: a group of one process has no peer");
 }
-void LocalComm::recv(void*, std::int64_t, DType, int, int) {
-  throw std::logic_error("LocalComm::recv: a group of one process has no peer");
+Request LocalComm::irecv(void*, std::int64_t, DType, int, int) {
+  throw std::logic_error("LocalComm::irecv: a group of one process has no peer");
+}
+
+Request& Request::operator=(Request&& other) noexcept {
+  if (this != &other) {
+    if (op_) op_->wait();
+    op_ = std::move(other.op_);
+  }
+  return *this;
+}
+Request::~Request() {
+  if (op_) op_->wait();
+}
+void Request::wait() {
+  if (!op_) return;
+  op_->wait();
+  op_.reset();
 }
 void LocalComm::all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
                            const std::int64_t* recv_counts, DType t) {

@@ -33,6 +33,10 @@ void check(int rc, const char* what) {
 MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);
+  int* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &flag);
+  if (flag && ub) tag_ub_ = *ub;
 }
 MpiComm::~MpiComm() {
   int finalized = 0;
@@ -78,11 +82,29 @@ void MpiComm::broadcast(void* buf, std::int64_t n, DType t, int root) {
   if (size_ == 1) return;
   check(MPI_Bcast(buf, count_of(n), mpi_type(t), root, comm_), "MPI_Bcast");
 }
-void MpiComm::send(const void* buf, std::int64_t n, DType t, int peer, int tag) {
-  check(MPI_Send(buf, count_of(n), mpi_type(t), peer, tag, comm_), "MPI_Send");
+namespace {
+struct MpiPending final : Request::Pending {
+  MPI_Request req = MPI_REQUEST_NULL;
+  void wait() override { check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); }
+};
+void check_tag(int tag, int ub) {
+  if (tag < 0 || tag > ub)
+    throw std::runtime_error("MpiComm: message tag " + std::to_string(tag) + " outside MPI's range [0, " +
+                             std::to_string(ub) + "]; use fewer micro-batches per step");
 }
-void MpiComm::recv(void* buf, std::int64_t n, DType t, int peer, int tag) {
-  check(MPI_Recv(buf, count_of(n), mpi_type(t), peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+}  // namespace
+
+Request MpiComm::isend(const void* buf, std::int64_t n, DType t, int peer, int tag) {
+  check_tag(tag, tag_ub_);
+  auto op = std::make_unique<MpiPending>();
+  check(MPI_Isend(buf, count_of(n), mpi_type(t), peer, tag, comm_, &op->req), "MPI_Isend");
+  return Request(std::move(op));
+}
+Request MpiComm::irecv(void* buf, std::int64_t n, DType t, int peer, int tag) {
+  check_tag(tag, tag_ub_);
+  auto op = std::make_unique<MpiPending>();
+  check(MPI_Irecv(buf, count_of(n), mpi_type(t), peer, tag, comm_, &op->req), "MPI_Irecv");
+  return Request(std::move(op));
 }
 void MpiComm::all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
                          const std::int64_t* recv_counts, DType t) {

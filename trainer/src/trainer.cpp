@@ -22,41 +22,104 @@ std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
   const auto& t = cfg.training;
   const auto& m = cfg.model;
   if (layout.cp != 1) return "parallel.cp = " + std::to_string(layout.cp) + ": the bundled trainer does not run context parallelism yet; set parallel.cp = 1";
-  if (layout.pp != 1) return "parallel.pp = " + std::to_string(layout.pp) + ": the bundled trainer does not run pipeline parallelism yet; set parallel.pp = 1";
   if (layout.ep != 1 || m.experts > 0) return "mixture-of-experts models (model.experts, parallel.ep) are not in the bundled trainer yet; use a dense model";
   if (m.mlp != "swiglu") return "model.mlp = \"" + m.mlp + "\": the bundled trainer builds the Llama SwiGLU MLP; set model.mlp = \"swiglu\"";
   if (m.tied_embeddings) return "model.tied_embeddings = true is not supported (Llama's lm_head is untied); set it to false";
   if (t.dtype != "fp32" && t.dtype != "fp64") return "training.dtype = \"" + t.dtype + "\": the CPU trainer computes in \"fp32\" or \"fp64\"";
-  if (t.seq_len <= 0 || t.steps < 0 || t.micro_batch_size <= 0 || t.global_batch_size <= 0)
-    return "training.seq_len, micro_batch_size and global_batch_size must be positive and steps >= 0";
-  const long per = static_cast<long>(layout.dp) * layout.cp * t.micro_batch_size;
-  if (t.global_batch_size % per != 0)
-    return "training.global_batch_size (" + std::to_string(t.global_batch_size) + ") must be a multiple of dp × micro_batch_size (" +
-           std::to_string(per) + "); change one of them";
-  if (layout.sequence_parallel && (static_cast<long>(t.micro_batch_size) * t.seq_len) % layout.tp != 0)
-    return "sequence parallelism needs micro_batch_size × seq_len divisible by parallel.tp; change seq_len";
-  return "";
+  if (t.steps < 0) return "training.steps must be >= 0";
+  std::string why;
+  const auto geometry = batch_geometry(t, layout, &why);
+  if (!geometry) return why;
+  if (!chunk_layers(m.layers, layout.pp * layout.virtual_stages))
+    return "model.layers = " + std::to_string(m.layers) + " cannot be split into pp·virtual_stages = " +
+           std::to_string(layout.pp * layout.virtual_stages) + " pipeline chunks; change pp or virtual_stages";
+  if (!parse_pipeline_schedule(cfg.parallel.pipeline_schedule))
+    return "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule + "\" is unknown; use gpipe, 1f1b, interleaved or zb";
+  return check_schedule_spec(schedule_spec(cfg, layout, *geometry));
+}
+
+ScheduleSpec schedule_spec(const JobConfig& cfg, const Layout& layout, const BatchGeometry& geometry) {
+  ScheduleSpec spec;
+  spec.kind = parse_pipeline_schedule(cfg.parallel.pipeline_schedule).value_or(PipelineSchedule::one_f_one_b);
+  spec.pp = layout.pp;
+  spec.virtual_stages = layout.virtual_stages;
+  spec.microbatches = static_cast<int>(geometry.microbatches);
+  return spec;
+}
+
+namespace {
+BatchGeometry geometry_or_throw(const JobConfig& cfg, const Layout& layout) {
+  std::string why;
+  auto g = batch_geometry(cfg.training, layout, &why);
+  if (!g) throw std::invalid_argument(why);
+  return *g;
+}
+std::vector<int> layers_or_throw(const JobConfig& cfg, const Layout& layout) {
+  auto v = chunk_layers(cfg.model.layers, layout.pp * layout.virtual_stages);
+  if (!v) throw std::invalid_argument("model.layers cannot be split into pp·virtual_stages pipeline chunks");
+  return *v;
+}
+}  // namespace
+
+template <class T>
+std::vector<Comm*> Trainer<T>::unit_groups() const {
+  std::vector<Comm*> g(table_.units.size(), nullptr);
+  for (std::size_t u = 0; u < g.size(); ++u)
+    if (unit_owner_[u] == coord_.pp) g[u] = &dp_;  // dense units replicate over dp·cp
+  return g;
 }
 
 template <class T>
-Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups)
+Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups,
+                    const ChunkEdit& edit_chunks)
     : cfg_(cfg),
+      grid_(grid),
       coord_(grid.coords(rank)),
       groups_(groups),
       tp_(groups[GroupKind::tp]),
-      dp_(groups[GroupKind::dp_cp]),  // context-parallel ranks share weights: reduce over dp·cp
+      dp_(groups[GroupKind::dp_cp]),
+      pp_(groups[GroupKind::pp]),
+      geometry_(geometry_or_throw(cfg, grid.layout())),
       table_(build_param_table(cfg.model, grid.layout().tp, coord_.tp)),
-      store_(table_, grid.layout().zero_stage, dp_),
-      model_(ModelDims::from(cfg.model), table_, tp_, grid.layout().sequence_parallel, cfg.training.seq_len,
-             cfg.training.micro_batch_size) {
-  const std::int64_t n = static_cast<std::int64_t>(cfg.training.micro_batch_size) * cfg.training.seq_len;
-  ids_.resize(static_cast<std::size_t>(n));
-  targets_.resize(static_cast<std::size_t>(n));
+      chunks_(chunk_units(table_, layers_or_throw(cfg, grid.layout()))),
+      unit_owner_(table_.units.size(), 0),
+      store_(table_, grid.layout().zero_stage,
+             [&] {
+               if (edit_chunks) edit_chunks(chunks_);
+               for (const ChunkUnits& c : chunks_)
+                 for (int u : c.units) unit_owner_[u] = chunk_rank(c.chunk, grid.layout().pp);
+               return unit_groups();
+             }()),
+      dims_(LayerDims::make(cfg.model, geometry_, grid.layout().tp, coord_.tp)),
+      tpctx_{&tp_, geometry_.sequence_parallel, dims_.n, dims_.nl, dims_.h} {
+  const Layout& l = grid.layout();
+  ws_.resize(dims_, tpctx_.gathers());
+  const std::vector<std::int32_t> seq_pos = geometry_.cp_positions(coord_.cp);
+  for (std::int64_t b = 0; b < geometry_.micro_batch_size; ++b) pos_.insert(pos_.end(), seq_pos.begin(), seq_pos.end());
+  const int nchunks = l.pp * l.virtual_stages;
+  std::vector<Stage<T>*> by_chunk(static_cast<std::size_t>(nchunks), nullptr);
+  for (const ChunkUnits& c : chunks_) {
+    if (chunk_rank(c.chunk, l.pp) != coord_.pp) continue;
+    stages_.push_back(std::make_unique<Stage<T>>(c, dims_, tpctx_, table_, store_, ws_, pos_));
+    by_chunk[c.chunk] = stages_.back().get();
+  }
+  if (const std::string why = check_schedule_spec(schedule_spec(cfg, l, geometry_)); !why.empty())
+    throw std::invalid_argument(why);
+  schedule_ = generate_schedule(schedule_spec(cfg, l, geometry_));
+  runtime_ = std::make_unique<PipelineRuntime<T>>(by_chunk, pp_, dtype_of<T>());
+}
+
+template <class T>
+std::int64_t Trainer<T>::activation_bytes() const {
+  std::int64_t n = ws_.bytes();
+  for (const auto& s : stages_) n += s->slot_bytes() * s->peak_slots();
+  return n;
 }
 
 template <class T>
 void Trainer<T>::init_params() {
   for (std::size_t u = 0; u < table_.units.size(); ++u) {
+    if (!store_.holds(static_cast<int>(u))) continue;
     std::vector<T> buf(static_cast<std::size_t>(table_.units[u].size));
     init_unit(buf.data(), table_.units[u], cfg_.training.seed, cfg_.model.layers);
     store_.write_unit(static_cast<int>(u), buf.data());
@@ -65,20 +128,23 @@ void Trainer<T>::init_params() {
 
 template <class T>
 std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::gather_params() {
-  std::vector<std::vector<T>> units;
-  for (std::size_t u = 0; u < table_.units.size(); ++u) units.push_back(store_.read_unit(static_cast<int>(u)));
+  std::vector<std::vector<T>> units(table_.units.size());
+  for (std::size_t u = 0; u < table_.units.size(); ++u)
+    if (store_.holds(static_cast<int>(u))) units[u] = store_.read_unit(static_cast<int>(u));
   return assemble(units);
 }
 
 template <class T>
 std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::gather_grads() {
-  std::vector<std::vector<T>> units;
+  std::vector<std::vector<T>> units(table_.units.size());
   for (std::size_t u = 0; u < table_.units.size(); ++u) {
     const int uu = static_cast<int>(u);
-    std::vector<T> full(static_cast<std::size_t>(store_.shard_len(uu) * dp_.size()));
-    dp_.all_gather(store_.grad_shard(uu), full.data(), store_.shard_len(uu));
+    if (!store_.holds(uu)) continue;
+    Comm& g = store_.group(uu);
+    std::vector<T> full(static_cast<std::size_t>(store_.shard_len(uu) * g.size()));
+    g.all_gather(store_.grad_shard(uu), full.data(), store_.shard_len(uu));
     full.resize(static_cast<std::size_t>(table_.units[u].size));
-    units.push_back(std::move(full));
+    units[u] = std::move(full);
   }
   return assemble(units);
 }
@@ -88,24 +154,28 @@ std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::assemble(const s
   std::vector<std::pair<std::string, std::vector<T>>> out;
   const int p = tp_.size();
   for (std::size_t u = 0; u < table_.units.size(); ++u) {
-    const std::vector<T>& unit = units[u];
+    const bool held = store_.holds(static_cast<int>(u));
     for (const TensorSlot& t : table_.units[u].tensors) {
       std::vector<T> full(static_cast<std::size_t>(t.rows * t.cols));
-      const T* local = unit.data() + t.offset;
-      if (t.split == Split::replicated || p == 1) {
-        std::copy(local, local + t.numel(), full.begin());
-      } else {
-        std::vector<T> blocks(static_cast<std::size_t>(t.numel() * p));
-        tp_.all_gather(local, blocks.data(), t.numel());
-        if (t.split == Split::rows) {
-          full = std::move(blocks);  // row blocks in rank order are the global tensor
+      if (held) {
+        const T* local = units[u].data() + t.offset;
+        if (t.split == Split::replicated || p == 1) {
+          std::copy(local, local + t.numel(), full.begin());
         } else {
-          for (int q = 0; q < p; ++q)
-            for (std::int64_t r = 0; r < t.rows; ++r)
-              for (std::int64_t c = 0; c < t.local_cols; ++c)
-                full[r * t.cols + q * t.local_cols + c] = blocks[(q * t.rows + r) * t.local_cols + c];
+          std::vector<T> blocks(static_cast<std::size_t>(t.numel() * p));
+          tp_.all_gather(local, blocks.data(), t.numel());
+          if (t.split == Split::rows) {
+            full = std::move(blocks);  // row blocks in rank order are the global tensor
+          } else {
+            for (int q = 0; q < p; ++q)
+              for (std::int64_t r = 0; r < t.rows; ++r)
+                for (std::int64_t c = 0; c < t.local_cols; ++c)
+                  full[r * t.cols + q * t.local_cols + c] = blocks[(q * t.rows + r) * t.local_cols + c];
+          }
         }
       }
+      // The pipeline rank holding the unit gives it to the others (pp rank r is rank r of the pp group).
+      pp_.broadcast(full.data(), static_cast<std::int64_t>(full.size()), dtype_of<T>(), unit_owner_[u]);
       out.emplace_back(t.name, std::move(full));
     }
   }
@@ -132,6 +202,7 @@ template <class T>
 void Trainer<T>::load(const std::string& path) {
   const SafetensorsFile file(path);
   for (std::size_t u = 0; u < table_.units.size(); ++u) {
+    if (!store_.holds(static_cast<int>(u))) continue;
     std::vector<T> buf(static_cast<std::size_t>(table_.units[u].size));
     for (const TensorSlot& t : table_.units[u].tensors) {
       const std::vector<T> full = file.read<T>(t.name, t.shape());
@@ -145,38 +216,49 @@ template <class T>
 StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   const auto t0 = std::chrono::steady_clock::now();
   const TrainingSpec& tr = cfg_.training;
-  const std::int64_t B = tr.global_batch_size, S = tr.seq_len, mbs = tr.micro_batch_size;
-  const std::int64_t per_rank = B / dp_.size(), micro_batches = per_rank / mbs;
+  const BatchGeometry& g = geometry_;
   const double inv_tokens = loss_normalizer(tr);
+  const std::int64_t S = g.seq_len;
 
+  // Micro-batch j of this data-parallel rank: its sequences' tokens (whole sequences while cp = 1).
+  auto load = [&](int j, std::int32_t* mb_ids, std::int32_t* mb_targets) {
+    for (std::int64_t b = 0; b < g.micro_batch_size; ++b)
+      data.sequence(g.sequence_index(s, coord_.dp, j, b), mb_ids + b * S, mb_targets + b * S);
+  };
+
+  StepStats st;
   store_.zero_grads();
-  double loss_sum = 0;
-  for (std::int64_t j = 0; j < micro_batches; ++j) {
-    for (std::int64_t b = 0; b < mbs; ++b) {
-      const std::int64_t index = s * B + coord_.dp * per_rank + j * mbs + b;
-      data.sequence(index, ids_.data() + b * S, targets_.data() + b * S);
-    }
-    loss_sum += model_.forward_backward(store_, ids_.data(), targets_.data(), inv_tokens);
-  }
+  const std::vector<double> losses =
+      runtime_->run(schedule_.ranks[coord_.pp], static_cast<int>(g.microbatches), load, inv_tokens, &st.pipeline);
   store_.reduce_grads();
 
-  // Global gradient norm: each tensor-parallel shard once, replicated tensors only from tp rank 0,
-  // each data-parallel rank its ZeRO shard region; double sums in a fixed order.
-  double sumsq = 0;
+  // Global gradient norm over every unit of every stage: per unit, each data-parallel rank its ZeRO
+  // shard region (summed over the unit's group), each tensor-parallel shard once (replicated tensors
+  // only from tp rank 0); units of other stages are zero here and come from their stage (adding zeros
+  // is exact); then the units in table order. Double sums in a fixed order.
+  std::vector<double> sq(table_.units.size(), 0.0);
   for (std::size_t u = 0; u < table_.units.size(); ++u) {
+    const int uu = static_cast<int>(u);
+    if (!store_.holds(uu)) continue;
     std::vector<bool> include;
     for (const TensorSlot& t : table_.units[u].tensors) include.push_back(t.split != Split::replicated || tp_.rank() == 0);
-    sumsq += store_.grad_sumsq(static_cast<int>(u), include);
+    sq[u] = store_.grad_sumsq(uu, include);
+    store_.group(uu).all_reduce(&sq[u], 1);
   }
-  dp_.all_reduce(&sumsq, 1);
-  tp_.all_reduce(&sumsq, 1);
+  tp_.all_reduce(sq.data(), static_cast<std::int64_t>(sq.size()));
+  pp_.all_reduce(sq.data(), static_cast<std::int64_t>(sq.size()));
+  double sumsq = 0;
+  for (double x : sq) sumsq += x;
+  // Loss: the last stage's micro-batches in order, summed over data-parallel ranks, then to every stage.
+  double loss_sum = 0;
+  for (double l : losses) loss_sum += l;
   dp_.all_reduce(&loss_sum, 1);
+  pp_.all_reduce(&loss_sum, 1);
   // The clip factor comes from the norm rounded to fp32, so layouts whose double sums differ in the
   // last bits (different shard boundaries) still agree on it.
   const double norm = static_cast<float>(std::sqrt(sumsq));
   const double clip = (tr.grad_clip > 0 && norm > tr.grad_clip) ? tr.grad_clip / norm : 1.0;
 
-  StepStats st;
   st.step = s + 1;
   st.lr = lr_at(tr, s);
   kc::AdamW hp{st.lr, tr.beta1, tr.beta2, tr.adam_eps, tr.weight_decay, s + 1, clip};
@@ -185,7 +267,7 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   st.loss = loss_sum * inv_tokens;
   st.grad_norm = norm;
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  st.tokens_per_s = static_cast<double>(B * S) / (st.ms / 1000.0);
+  st.tokens_per_s = static_cast<double>(g.global_batch * S) / (st.ms / 1000.0);
   return st;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace meshrun::train {
 
@@ -10,9 +11,14 @@ namespace kc = meshrun::kernels::cpu;
 
 template <class T>
 ParamStore<T>::ParamStore(const ParamTable& table, int zero_stage, Comm& dp)
-    : table_(table), stage_(zero_stage), dp_(dp), nranks_(dp.size()), rank_(dp.rank()) {
+    : ParamStore(table, zero_stage, std::vector<Comm*>(table.units.size(), &dp)) {}
+
+template <class T>
+ParamStore<T>::ParamStore(const ParamTable& table, int zero_stage, std::vector<Comm*> groups)
+    : table_(table), stage_(zero_stage), groups_(std::move(groups)) {
   if (zero_stage < 0 || zero_stage > 3) throw std::invalid_argument("parallel.zero_stage must be 0, 1, 2 or 3");
   const std::size_t nu = table.units.size();
+  if (groups_.size() != nu) throw std::invalid_argument("ParamStore: one group (or nullptr) per unit");
   padded_.resize(nu);
   shard_.resize(nu);
   params_.resize(nu);
@@ -22,8 +28,10 @@ ParamStore<T>::ParamStore(const ParamTable& table, int zero_stage, Comm& dp)
   v_.resize(nu);
   std::int64_t max_padded = 0;
   for (std::size_t u = 0; u < nu; ++u) {
-    shard_[u] = (table.units[u].size + nranks_ - 1) / nranks_;
-    padded_[u] = shard_[u] * nranks_;
+    if (!groups_[u]) continue;  // another pipeline stage's unit: no memory here
+    const int nranks = groups_[u]->size();
+    shard_[u] = (table.units[u].size + nranks - 1) / nranks;
+    padded_[u] = shard_[u] * nranks;
     max_padded = std::max(max_padded, padded_[u]);
     params_[u].assign(static_cast<std::size_t>(stage_ == 3 ? shard_[u] : padded_[u]), T(0));
     grads_[u].assign(static_cast<std::size_t>(stage_ >= 2 ? shard_[u] : padded_[u]), T(0));
@@ -35,6 +43,12 @@ ParamStore<T>::ParamStore(const ParamTable& table, int zero_stage, Comm& dp)
 }
 
 template <class T>
+void ParamStore<T>::require_held(int u) const {
+  if (u < 0 || u >= static_cast<int>(groups_.size()) || !groups_[u])
+    throw std::logic_error("ParamStore: unit " + std::to_string(u) + " is not held by this rank's pipeline stages");
+}
+
+template <class T>
 void ParamStore<T>::track(std::int64_t delta) {
   transient_ += delta;
   transient_peak_ = std::max(transient_peak_, transient_);
@@ -42,12 +56,13 @@ void ParamStore<T>::track(std::int64_t delta) {
 
 template <class T>
 const T* ParamStore<T>::acquire(int u) {
+  require_held(u);
   if (stage_ < 3) return params_[u].data();
   std::vector<T>& g = gathered_[u];
   if (g.empty()) {
     g.resize(static_cast<std::size_t>(padded_[u]));
     track(static_cast<std::int64_t>(g.size() * sizeof(T)));
-    dp_.all_gather(params_[u].data(), g.data(), shard_[u]);
+    groups_[u]->all_gather(params_[u].data(), g.data(), shard_[u]);
   }
   return g.data();
 }
@@ -61,6 +76,7 @@ void ParamStore<T>::release(int u) {
 
 template <class T>
 T* ParamStore<T>::grad_begin(int u) {
+  require_held(u);
   std::fill(scratch_.begin(), scratch_.begin() + padded_[u], T(0));
   return scratch_.data();
 }
@@ -73,7 +89,7 @@ void ParamStore<T>::grad_end(int u) {
     return;
   }
   T* own = scratch_.data() + shard_begin(u);
-  dp_.reduce_scatter(scratch_.data(), own, shard_[u]);
+  groups_[u]->reduce_scatter(scratch_.data(), own, shard_[u]);
   for (std::int64_t i = 0; i < shard_[u]; ++i) g[i] += own[i];
 }
 
@@ -85,18 +101,21 @@ void ParamStore<T>::zero_grads() {
 template <class T>
 void ParamStore<T>::reduce_grads() {
   for (std::size_t u = 0; u < grads_.size(); ++u) {
-    if (stage_ == 0) dp_.all_reduce(grads_[u].data(), padded_[u]);
-    if (stage_ == 1) dp_.reduce_scatter(grads_[u].data(), grads_[u].data() + shard_begin(int(u)), shard_[u]);
+    if (!groups_[u]) continue;
+    if (stage_ == 0) groups_[u]->all_reduce(grads_[u].data(), padded_[u]);
+    if (stage_ == 1) groups_[u]->reduce_scatter(grads_[u].data(), grads_[u].data() + shard_begin(int(u)), shard_[u]);
   }
 }
 
 template <class T>
 const T* ParamStore<T>::grad_shard(int u) const {
+  require_held(u);
   return stage_ >= 2 ? grads_[u].data() : grads_[u].data() + shard_begin(u);
 }
 
 template <class T>
 double ParamStore<T>::grad_sumsq(int u, const std::vector<bool>& include) const {
+  require_held(u);
   const T* g = grad_shard(u);
   const std::int64_t lo = shard_begin(u), hi = lo + shard_[u];
   double s = 0;
@@ -114,6 +133,7 @@ void ParamStore<T>::adam_step(kc::AdamW hp) {
   const double wd = hp.weight_decay;
   for (std::size_t uu = 0; uu < params_.size(); ++uu) {
     const int u = static_cast<int>(uu);
+    if (!groups_[u]) continue;
     // Stage 0 updates the whole unit (each data-parallel rank redundantly, identical bits); the other
     // stages their shard. Elementwise, so both give the same values for the same elements.
     const std::int64_t lo = stage_ == 0 ? 0 : shard_begin(u);
@@ -126,17 +146,18 @@ void ParamStore<T>::adam_step(kc::AdamW hp) {
       hp.weight_decay = t.is_vector ? 0.0 : wd;  // no decay on norm weights
       kc::adamw_update(p + (a - lo), m_[u].data() + (a - lo), v_[u].data() + (a - lo), g + (a - lo), b - a, hp);
     }
-    if (stage_ == 1 || stage_ == 2) dp_.all_gather(p, params_[u].data(), shard_[u]);
+    if (stage_ == 1 || stage_ == 2) groups_[u]->all_gather(p, params_[u].data(), shard_[u]);
   }
 }
 
 template <class T>
 std::vector<T> ParamStore<T>::read_unit(int u) {
+  require_held(u);
   std::vector<T> full(static_cast<std::size_t>(padded_[u]));
   if (stage_ < 3) {
     std::copy(params_[u].begin(), params_[u].end(), full.begin());
   } else {
-    dp_.all_gather(params_[u].data(), full.data(), shard_[u]);
+    groups_[u]->all_gather(params_[u].data(), full.data(), shard_[u]);
   }
   full.resize(static_cast<std::size_t>(table_.units[u].size));
   return full;
@@ -144,6 +165,7 @@ std::vector<T> ParamStore<T>::read_unit(int u) {
 
 template <class T>
 void ParamStore<T>::write_unit(int u, const T* full) {
+  require_held(u);
   const std::int64_t n = table_.units[u].size;
   if (stage_ < 3) {
     std::copy(full, full + n, params_[u].begin());

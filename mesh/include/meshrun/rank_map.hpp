@@ -50,6 +50,15 @@ class RankGrid {
   // All groups of `kind`, each ascending, ordered by their first member. They partition the world.
   std::vector<std::vector<int>> groups(GroupKind kind) const;
   int group_size(GroupKind kind) const;
+  // The rank whose coordinate on dense `axis` (tp, cp, dp, pp) is `coordinate`, all others as `rank`'s.
+  int along(int rank, Axis axis, int coordinate) const;
+  // Ring neighbours on a dense axis: coordinate −1 and +1 modulo the axis size. Pipeline peers are a
+  // ring too (interleaving sends chunk c of the last pp rank to chunk c+1 on the first); the CP ring
+  // passes K/V blocks the same way.
+  struct RingPeers {
+    int prev = 0, next = 0;
+  };
+  RingPeers ring_peers(int rank, Axis axis) const;
 
  private:
   Layout layout_;

@@ -66,6 +66,13 @@ void rmsnorm_forward(T* y, T* rstd, const T* x, const T* w, std::int64_t rows, s
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd,
                       std::int64_t rows, std::int64_t dim, Store store = Store::overwrite);
+// The two halves of rmsnorm_backward, for pipelines that defer weight gradients (B and W apart); each
+// computes exactly what rmsnorm_backward computes for its output.
+template <class T>
+void rmsnorm_backward_input(T* dx, const T* dy, const T* x, const T* w, const T* rstd, std::int64_t rows,
+                            std::int64_t dim, Store store = Store::overwrite);
+template <class T>
+void rmsnorm_backward_weight(T* dw, const T* dy, const T* x, const T* rstd, std::int64_t rows, std::int64_t dim);
 
 // ----------------------------------------------------------------------------------------------------
 // Rotary position embedding, Hugging Face Llama convention (rotate_half: element i pairs with i + d/2).

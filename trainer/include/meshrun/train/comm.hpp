@@ -2,6 +2,11 @@
 // backend over CPU buffers (comm_mpi.cpp) and a size-1 backend (LocalComm). NCCL plugs in behind the
 // same interface later.
 //
+// Point-to-point is non-blocking: isend/irecv return a Request to wait on, so a pipeline's steady state
+// (send one way while receiving the other) and a ring cannot deadlock above MPI's eager limit. Blocking
+// send/recv and the combined sendrecv are built on them. Peers are ranks of this communicator; which
+// peer is a neighbour comes from mesh (RankGrid::ring_peers), not from the trainer.
+//
 // Reductions are deterministic and fixed-order: every sum is ((x_0 + x_1) + x_2) + ... over group ranks,
 // whatever the chunking. So all_reduce == reduce_scatter + all_gather bit for bit, every rank gets the
 // same bits, and ZeRO stages that only move the reduction point compute identical numbers.
@@ -25,6 +30,26 @@ template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
 // out = op(blocks[0], blocks[1], ...) element-wise, in block order. blocks: [count, n] contiguous.
 void reduce_blocks(void* out, const void* blocks, int count, std::int64_t n, DType t, ReduceOp op);
 
+// A pending non-blocking operation. Move-only; wait() completes it (idempotent); the destructor waits
+// too, so no buffer is ever left in flight behind the caller's back.
+class Request {
+ public:
+  struct Pending {
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  Request() = default;
+  explicit Request(std::unique_ptr<Pending> op) : op_(std::move(op)) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&& other) noexcept;
+  ~Request();
+  void wait();
+  bool pending() const { return op_ != nullptr; }
+
+ private:
+  std::unique_ptr<Pending> op_;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -38,13 +63,26 @@ class Comm {
   // send[n] -> recv[size·n], block r from rank r. send may alias recv's own block (in place).
   virtual void all_gather(const void* send, void* recv, std::int64_t n, DType t) = 0;
   virtual void broadcast(void* buf, std::int64_t n, DType t, int root) = 0;
-  virtual void send(const void* buf, std::int64_t n, DType t, int peer, int tag) = 0;
-  virtual void recv(void* buf, std::int64_t n, DType t, int peer, int tag) = 0;
+  // Non-blocking point-to-point; tag in [0, max_tag()].
+  virtual Request isend(const void* buf, std::int64_t n, DType t, int peer, int tag) = 0;
+  virtual Request irecv(void* buf, std::int64_t n, DType t, int peer, int tag) = 0;
+  virtual int max_tag() const = 0;
   // Variable-count all-to-all: send_counts[r] elements go to rank r (blocks back to back), recv_counts[r]
   // come from rank r.
   virtual void all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
                           const std::int64_t* recv_counts, DType t) = 0;
   virtual void barrier() = 0;
+
+  // Blocking forms and the combined exchange (both posted before either is waited on).
+  void send(const void* buf, std::int64_t n, DType t, int peer, int tag) { isend(buf, n, t, peer, tag).wait(); }
+  void recv(void* buf, std::int64_t n, DType t, int peer, int tag) { irecv(buf, n, t, peer, tag).wait(); }
+  void sendrecv(const void* send_buf, std::int64_t send_n, int dest, void* recv_buf, std::int64_t recv_n, int source,
+                DType t, int tag) {
+    Request r = irecv(recv_buf, recv_n, t, source, tag);
+    Request s = isend(send_buf, send_n, t, dest, tag);
+    s.wait();
+    r.wait();
+  }
 
   // Typed conveniences.
   template <class T> void all_reduce(T* buf, std::int64_t n, ReduceOp op = ReduceOp::sum) {
@@ -70,11 +108,45 @@ class LocalComm final : public Comm {
   void reduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) override;
   void all_gather(const void* send, void* recv, std::int64_t n, DType t) override;
   void broadcast(void*, std::int64_t, DType, int) override {}
-  void send(const void*, std::int64_t, DType, int, int) override;
-  void recv(void*, std::int64_t, DType, int, int) override;
+  Request isend(const void*, std::int64_t, DType, int, int) override;  // throws: no peer
+  Request irecv(void*, std::int64_t, DType, int, int) override;
+  int max_tag() const override { return 0; }
   void all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
                   const std::int64_t* recv_counts, DType t) override;
   void barrier() override {}
+};
+
+// Forwards every call to another communicator: the base of decorators (the tests' fault injection), which
+// override only what they change and so stay in step with the interface for free.
+class ForwardingComm : public Comm {
+ public:
+  using Comm::all_gather;
+  using Comm::all_reduce;
+  using Comm::reduce_scatter;
+  explicit ForwardingComm(std::unique_ptr<Comm> inner) : inner_(std::move(inner)) {}
+  int size() const override { return inner_->size(); }
+  int rank() const override { return inner_->rank(); }
+  void all_reduce(void* b, std::int64_t n, DType t, ReduceOp op) override { inner_->all_reduce(b, n, t, op); }
+  void reduce_scatter(const void* s, void* r, std::int64_t n, DType t, ReduceOp op) override {
+    inner_->reduce_scatter(s, r, n, t, op);
+  }
+  void all_gather(const void* s, void* r, std::int64_t n, DType t) override { inner_->all_gather(s, r, n, t); }
+  void broadcast(void* b, std::int64_t n, DType t, int root) override { inner_->broadcast(b, n, t, root); }
+  Request isend(const void* b, std::int64_t n, DType t, int peer, int tag) override {
+    return inner_->isend(b, n, t, peer, tag);
+  }
+  Request irecv(void* b, std::int64_t n, DType t, int peer, int tag) override { return inner_->irecv(b, n, t, peer, tag); }
+  int max_tag() const override { return inner_->max_tag(); }
+  void all_to_all(const void* s, const std::int64_t* sc, void* r, const std::int64_t* rc, DType t) override {
+    inner_->all_to_all(s, sc, r, rc, t);
+  }
+  void barrier() override { inner_->barrier(); }
+
+ protected:
+  Comm& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<Comm> inner_;
 };
 
 }  // namespace meshrun::train

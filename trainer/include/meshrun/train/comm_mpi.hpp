@@ -25,8 +25,9 @@ class MpiComm final : public Comm {
   void reduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) override;
   void all_gather(const void* send, void* recv, std::int64_t n, DType t) override;
   void broadcast(void* buf, std::int64_t n, DType t, int root) override;
-  void send(const void* buf, std::int64_t n, DType t, int peer, int tag) override;
-  void recv(void* buf, std::int64_t n, DType t, int peer, int tag) override;
+  Request isend(const void* buf, std::int64_t n, DType t, int peer, int tag) override;
+  Request irecv(void* buf, std::int64_t n, DType t, int peer, int tag) override;
+  int max_tag() const override { return tag_ub_; }
   void all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
                   const std::int64_t* recv_counts, DType t) override;
   void barrier() override;
@@ -36,6 +37,7 @@ class MpiComm final : public Comm {
   MPI_Comm comm_;
   bool owned_;
   int size_ = 1, rank_ = 0;
+  int tag_ub_ = 32767;  // MPI_TAG_UB (the standard guarantees at least 32767)
 };
 
 // One communicator per group kind, indexed by GroupKind. Built collectively over `base` (whose ranks

@@ -1,19 +1,30 @@
-// The step loop: one optimizer step = a schedule of micro-batches (gradient accumulation) through the
-// model, the data-parallel gradient reduction of the ZeRO stage, the global gradient norm and clipping,
-// and AdamW with linear warmup + cosine decay.
+// The step loop: one optimizer step = this rank's pipeline action list (meshrun/schedule.hpp) run over
+// the stages it holds (gradient accumulation over the step's micro-batches), each unit's gradient
+// reduction over its replica group at the ZeRO stage, the global gradient norm over every unit of every
+// stage and clipping, and AdamW with linear warmup + cosine decay.
+//
+// Batch geometry (sequences per data-parallel rank, micro-batches, rows) comes from mesh's
+// batch_geometry; the pipeline chunks from mesh's chunk_layers, chunk c on pipeline rank c mod pp.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <functional>
+#include <memory>
+
+#include "meshrun/geometry.hpp"
 #include "meshrun/job.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/rank_map.hpp"
+#include "meshrun/schedule.hpp"
 #include "meshrun/train/comm_mpi.hpp"
 #include "meshrun/train/data.hpp"
-#include "meshrun/train/model.hpp"
+#include "meshrun/train/layers.hpp"
 #include "meshrun/train/params.hpp"
+#include "meshrun/train/pipeline.hpp"
+#include "meshrun/train/stage.hpp"
 #include "meshrun/train/zero.hpp"
 
 namespace meshrun::train {
@@ -21,6 +32,7 @@ namespace meshrun::train {
 struct StepStats {
   int step = 0;  // 1-based, as printed
   double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, ms = 0;
+  PipelineTiming pipeline;  // this rank's action list: time blocked in receives, in F/B/W
 };
 
 // Learning rate of 0-based step s: linear warmup over warmup_steps, then cosine decay to min_lr at
@@ -36,11 +48,17 @@ inline double loss_normalizer(const TrainingSpec& t) {
 // Checks the training setup against the layout; returns one "<problem>; <fix>" line or "" if usable.
 std::string check_train_setup(const JobConfig& cfg, const Layout& layout);
 
+// The pipeline schedule of a setup (pp = 1 runs the same table machinery with one stage).
+ScheduleSpec schedule_spec(const JobConfig& cfg, const Layout& layout, const BatchGeometry& geometry);
+
 template <class T>
 class Trainer {
  public:
   // rank: this process's rank in `grid`; groups: its communicators (make_mpi_groups).
-  Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups);
+  // edit_chunks (tests only): changes the chunk → units split before the stages are built, to show that
+  // the equivalence tests catch a stage that skips a layer.
+  using ChunkEdit = std::function<void(std::vector<ChunkUnits>&)>;
+  Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups, const ChunkEdit& edit_chunks = {});
 
   void init_params();                       // layout-independent, from training.seed
   void load(const std::string& path);       // Hugging Face names and shapes; every rank reads the file
@@ -54,20 +72,38 @@ class Trainer {
   const ParamTable& table() const { return table_; }
   ParamStore<T>& store() { return store_; }
   MemoryReport memory() const { return store_.memory(); }
-  Model<T>& model() { return model_; }
+  const BatchGeometry& geometry() const { return geometry_; }
+  const ScheduleTable& schedule() const { return schedule_; }
+  // Saved activations (every slot the stages allocated, at their peak) and the shared layer workspace.
+  std::int64_t activation_bytes() const;
+  // Units this rank holds (its pipeline chunks').
+  bool holds(int unit) const { return store_.holds(unit); }
 
  private:
-  // Per-unit flat local buffers -> every tensor in its global shape (collective over tp).
+  // Per-unit flat local buffers of the held units -> every tensor in its global shape, on every rank
+  // (collective over tp and pp).
   std::vector<std::pair<std::string, std::vector<T>>> assemble(const std::vector<std::vector<T>>& units);
+  std::vector<Comm*> unit_groups() const;
+
   JobConfig cfg_;
+  RankGrid grid_;
   Coord coord_;
   const Groups& groups_;
   Comm& tp_;
-  Comm& dp_;
+  Comm& dp_;  // dp·cp: the replica group of dense units
+  Comm& pp_;
+  BatchGeometry geometry_;
   ParamTable table_;
+  std::vector<ChunkUnits> chunks_;
+  std::vector<int> unit_owner_;  // pipeline rank holding each unit
   ParamStore<T> store_;
-  Model<T> model_;
-  std::vector<std::int32_t> ids_, targets_;
+  LayerDims dims_;
+  TensorParallel tpctx_;
+  LayerWorkspace<T> ws_;
+  std::vector<std::int32_t> pos_;
+  std::vector<std::unique_ptr<Stage<T>>> stages_;
+  ScheduleTable schedule_;
+  std::unique_ptr<PipelineRuntime<T>> runtime_;
 };
 
 }  // namespace meshrun::train

@@ -1,7 +1,9 @@
-// Parameter, gradient and optimizer-state storage of one rank, for ZeRO stages 0-3 over the
-// data-parallel group (the dp_cp group: context-parallel ranks share weights too).
+// Parameter, gradient and optimizer-state storage of one rank, for ZeRO stages 0-3. A rank holds only
+// the units of its pipeline stages; each unit is reduced and sharded over its own replica group (dense
+// units: the dp_cp group, since context-parallel ranks share weights too; expert units will use the
+// expert-data-parallel group).
 //
-// Every unit's flat buffer is padded to a multiple of the group size N; rank r owns elements
+// Every held unit's flat buffer is padded to a multiple of its group's size N; rank r owns elements
 // [r·s, (r+1)·s), s = padded/N.
 //   stage 0: full params, full grads, full Adam m/v; grads all-reduced.
 //   stage 1: full params, full grads, m/v of the shard; grads reduce-scattered, shard updated, params
@@ -30,9 +32,14 @@ struct MemoryReport {  // bytes held by this rank
 template <class T>
 class ParamStore {
  public:
+  // groups[u]: the replica group of unit u, or nullptr where this rank does not hold the unit.
+  ParamStore(const ParamTable& table, int zero_stage, std::vector<Comm*> groups);
+  // Every unit, one group (a single pipeline stage).
   ParamStore(const ParamTable& table, int zero_stage, Comm& dp);
 
   int stage() const { return stage_; }
+  bool holds(int u) const { return groups_[u] != nullptr; }
+  Comm& group(int u) const { return *groups_[u]; }
   const ParamTable& table() const { return table_; }
 
   // Full local parameters of unit u for compute (ZeRO-3 gathers them; release frees them).
@@ -45,7 +52,7 @@ class ParamStore {
   void grad_end(int u);
 
   void zero_grads();
-  // After the last micro-batch: completes the data-parallel reduction (stage 0 all-reduce, 1 reduce-scatter).
+  // After the last micro-batch: completes each held unit's reduction (stage 0 all-reduce, 1 reduce-scatter).
   void reduce_grads();
   // Σ g² over this rank's shard of unit u, tensors with include[t] only, in tensor order (double).
   double grad_sumsq(int u, const std::vector<bool>& include) const;
@@ -59,19 +66,20 @@ class ParamStore {
   // Reduced gradient of unit u's own shard region (index 0 = element r·s of the unit).
   const T* grad_shard(int u) const;
   std::int64_t shard_len(int u) const { return shard_[u]; }
-  std::int64_t shard_begin(int u) const { return static_cast<std::int64_t>(rank_) * shard_[u]; }
+  std::int64_t shard_begin(int u) const { return static_cast<std::int64_t>(groups_[u]->rank()) * shard_[u]; }
 
   MemoryReport memory() const;
 
  private:
   void track(std::int64_t delta_bytes);
 
+  void require_held(int u) const;
+
   const ParamTable& table_;
   int stage_;
-  Comm& dp_;
-  int nranks_, rank_;
+  std::vector<Comm*> groups_;
   std::vector<std::int64_t> padded_, shard_;
-  std::vector<std::vector<T>> params_;      // per unit: full (stage <3) or shard (stage 3)
+  std::vector<std::vector<T>> params_;      // per held unit: full (stage <3) or shard (stage 3); empty if not held
   std::vector<std::vector<T>> gathered_;    // stage 3: gathered units while acquired
   std::vector<std::vector<T>> grads_;       // per unit: full (stage <2) or shard (stage >=2)
   std::vector<std::vector<T>> m_, v_;       // Adam moments: full (stage 0) or shard

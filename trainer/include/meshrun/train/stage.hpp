@@ -1,0 +1,79 @@
+// A pipeline stage: one chunk of the model (a contiguous range of units: the embedding on chunk 0, then
+// its decoder layers, the head on the last chunk) and one activation slot per micro-batch in flight.
+// The runtime (pipeline.hpp) calls forward, backward_input (B) and backward_weight (W) per micro-batch in
+// the order of the schedule table; a slot is taken at a micro-batch's first use on this chunk and given
+// back when its W is done, after its pending sends have completed.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "meshrun/train/comm.hpp"
+#include "meshrun/train/layers.hpp"
+#include "meshrun/train/params.hpp"
+#include "meshrun/train/zero.hpp"
+
+namespace meshrun::train {
+
+// The units of each of the pp·V chunks, from mesh's chunk_layers (layers per chunk).
+struct ChunkUnits {
+  int chunk = 0;
+  std::vector<int> units;  // unit indices of the parameter table, in forward order
+  bool first = false, last = false;
+};
+std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<int>& layers_per_chunk);
+
+template <class T>
+class Stage {
+ public:
+  // pos: global positions of the micro-batch's rows [n] (sequences back to back).
+  Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, const ParamTable& table,
+        ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos);
+
+  const ChunkUnits& units() const { return units_; }
+  // Buffers of micro-batch mb's slot (taken on first use):
+  T* activation(int mb);           // [nl, h]: the chunk's input (received), the output after forward (sent)
+  T* gradient(int mb);             // [nl, h]: at the output before B (received), at the input after B (sent)
+  std::int32_t* ids(int mb);       // [n], read by chunk 0
+  std::int32_t* targets(int mb);   // [n], read by the last chunk
+  std::int64_t rows_times_hidden() const { return dims_.nl * dims_.h; }
+
+  double forward(int mb);          // Σ cross-entropy of the micro-batch on the last chunk, else 0
+  void backward_input(int mb, double loss_scale);
+  void backward_weight(int mb);    // gradients into the store; frees the slot
+  void hold(int mb, Request send); // a send from this slot, completed before the slot is reused
+  void discard(int mb);            // forward only (evaluation): free the slot without a backward
+
+  int live_slots() const { return static_cast<int>(live_.size()); }
+  int peak_slots() const { return static_cast<int>(slots_.size()); }
+  std::int64_t slot_bytes() const;
+
+ private:
+  struct Slot {
+    std::vector<T> flat;
+    std::vector<std::int32_t> ids, targets;
+    T *x = nullptr, *dy = nullptr;
+    std::vector<DecoderActs<T>> layers;
+    HeadActs<T> head{};
+    std::vector<Request> sends;
+    bool free = true;
+  };
+  Slot& slot(int mb);
+  Slot& live(int mb, const char* what);
+  void carve(Slot& s);
+
+  ChunkUnits units_;
+  LayerDims dims_;
+  TensorParallel tp_;
+  const ParamTable& table_;
+  ParamStore<T>& store_;
+  LayerWorkspace<T>& ws_;
+  const std::vector<std::int32_t>& pos_;
+  int layer_count_ = 0;
+  std::int64_t slot_elems_ = 0;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::map<int, Slot*> live_;
+};
+
+}  // namespace meshrun::train

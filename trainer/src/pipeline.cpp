@@ -1,0 +1,117 @@
+#include "meshrun/train/pipeline.hpp"
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace meshrun::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Comm& pp) {
+  const std::int64_t tag = (static_cast<std::int64_t>(microbatch) * chunks + chunk) * 2 + (gradient ? 1 : 0);
+  if (tag > pp.max_tag())
+    throw std::runtime_error("pipeline: " + std::to_string(microbatch + 1) + " micro-batches × " +
+                             std::to_string(chunks) + " chunks need message tags up to " + std::to_string(tag) +
+                             ", above this MPI's limit " + std::to_string(pp.max_tag()) +
+                             "; use fewer micro-batches per step (a larger micro_batch_size)");
+  return static_cast<int>(tag);
+}
+
+template <class T>
+PipelineRuntime<T>::PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, DType dtype)
+    : stages_(std::move(stages)), pp_(pp), dtype_(dtype) {}
+
+template <class T>
+Stage<T>& PipelineRuntime<T>::stage(int chunk, const Action& a) {
+  if (chunk < 0 || chunk >= static_cast<int>(stages_.size()) || !stages_[chunk])
+    throw std::logic_error("pipeline rank " + std::to_string(pp_.rank()) + " does not hold chunk " +
+                           std::to_string(chunk) + " needed by " + action_text(a));
+  return *stages_[chunk];
+}
+
+template <class T>
+std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, int microbatches, const Loader& load,
+                                            double loss_scale, PipelineTiming* timing) {
+  const int chunks = static_cast<int>(stages_.size());
+  std::vector<double> losses(static_cast<std::size_t>(microbatches), 0.0);
+  PipelineTiming t;
+  const auto start = Clock::now();
+  for (const Action& a : actions) {
+    const auto t0 = Clock::now();
+    switch (a.kind) {
+      case ActionKind::F: {
+        Stage<T>& s = stage(a.chunk, a);
+        if (s.units().first || s.units().last) load(a.microbatch, s.ids(a.microbatch), s.targets(a.microbatch));
+        losses[a.microbatch] += s.forward(a.microbatch);
+        t.f_s += seconds_since(t0);
+        ++t.f;
+        break;
+      }
+      case ActionKind::B:
+        stage(a.chunk, a).backward_input(a.microbatch, loss_scale);
+        t.b_s += seconds_since(t0);
+        ++t.b;
+        break;
+      case ActionKind::W:
+        stage(a.chunk, a).backward_weight(a.microbatch);
+        t.w_s += seconds_since(t0);
+        ++t.w;
+        break;
+      case ActionKind::BW: {
+        Stage<T>& s = stage(a.chunk, a);
+        s.backward_input(a.microbatch, loss_scale);
+        const auto t1 = Clock::now();
+        t.b_s += std::chrono::duration<double>(t1 - t0).count();
+        s.backward_weight(a.microbatch);
+        t.w_s += seconds_since(t1);
+        ++t.b;
+        ++t.w;
+        break;
+      }
+      case ActionKind::send_act: {
+        Stage<T>& s = stage(a.chunk, a);
+        s.hold(a.microbatch, pp_.isend(s.activation(a.microbatch), s.rows_times_hidden(), dtype_, a.peer,
+                                       transfer_tag(false, a.microbatch, a.chunk, chunks, pp_)));
+        break;
+      }
+      case ActionKind::send_grad: {
+        Stage<T>& s = stage(a.chunk, a);
+        s.hold(a.microbatch, pp_.isend(s.gradient(a.microbatch), s.rows_times_hidden(), dtype_, a.peer,
+                                       transfer_tag(true, a.microbatch, a.chunk, chunks, pp_)));
+        break;
+      }
+      case ActionKind::recv_act: {
+        Stage<T>& s = stage(a.chunk + 1, a);
+        pp_.irecv(s.activation(a.microbatch), s.rows_times_hidden(), dtype_, a.peer,
+                  transfer_tag(false, a.microbatch, a.chunk, chunks, pp_))
+            .wait();
+        t.wait_s += seconds_since(t0);
+        break;
+      }
+      case ActionKind::recv_grad: {
+        Stage<T>& s = stage(a.chunk - 1, a);
+        pp_.irecv(s.gradient(a.microbatch), s.rows_times_hidden(), dtype_, a.peer,
+                  transfer_tag(true, a.microbatch, a.chunk, chunks, pp_))
+            .wait();
+        t.wait_s += seconds_since(t0);
+        break;
+      }
+    }
+  }
+  for (Stage<T>* s : stages_)
+    if (s && s->live_slots() != 0)
+      throw std::logic_error("pipeline: chunk " + std::to_string(s->units().chunk) + " still holds " +
+                             std::to_string(s->live_slots()) + " micro-batches after the step (a W is missing)");
+  t.total_s = seconds_since(start);
+  if (timing) *timing = t;
+  return losses;
+}
+
+template class PipelineRuntime<float>;
+template class PipelineRuntime<double>;
+
+}  // namespace meshrun::train

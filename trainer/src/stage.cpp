@@ -1,0 +1,171 @@
+#include "meshrun/train/stage.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace meshrun::train {
+
+std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<int>& layers_per_chunk) {
+  std::vector<ChunkUnits> out;
+  int layer = 0;
+  const int chunks = static_cast<int>(layers_per_chunk.size());
+  for (int c = 0; c < chunks; ++c) {
+    ChunkUnits cu;
+    cu.chunk = c;
+    cu.first = c == 0;
+    cu.last = c == chunks - 1;
+    if (cu.first) cu.units.push_back(table.embed_unit());
+    for (int i = 0; i < layers_per_chunk[c]; ++i) cu.units.push_back(table.layer_unit(layer++));
+    if (cu.last) cu.units.push_back(table.head_unit());
+    out.push_back(std::move(cu));
+  }
+  if (layer != table.layers)
+    throw std::invalid_argument("chunk_units: the chunks hold " + std::to_string(layer) + " layers, the model has " +
+                                std::to_string(table.layers));
+  return out;
+}
+
+template <class T>
+Stage<T>::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, const ParamTable& table,
+                ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos)
+    : units_(std::move(units)), dims_(dims), tp_(tp), table_(table), store_(store), ws_(ws), pos_(pos) {
+  for (int u : units_.units)
+    if (u != table_.embed_unit() && u != table_.head_unit()) ++layer_count_;
+  Slot probe;
+  carve(probe);
+}
+
+template <class T>
+void Stage<T>::carve(Slot& s) {
+  Carver<T> c{s.flat.empty() ? nullptr : s.flat.data(), 0};
+  s.x = c.take(dims_.nl * dims_.h);
+  s.dy = c.take(dims_.nl * dims_.h);
+  s.layers.resize(static_cast<std::size_t>(layer_count_));
+  for (DecoderActs<T>& a : s.layers) a.carve(c, dims_);
+  if (units_.last) s.head.carve(c, dims_);
+  slot_elems_ = c.used;
+}
+
+template <class T>
+std::int64_t Stage<T>::slot_bytes() const {
+  return slot_elems_ * static_cast<std::int64_t>(sizeof(T)) +
+         (units_.first || units_.last ? 2 * dims_.n * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0);
+}
+
+template <class T>
+typename Stage<T>::Slot& Stage<T>::slot(int mb) {
+  if (auto it = live_.find(mb); it != live_.end()) return *it->second;
+  Slot* s = nullptr;
+  for (auto& p : slots_)
+    if (p->free) {
+      s = p.get();
+      break;
+    }
+  if (!s) {
+    slots_.push_back(std::make_unique<Slot>());
+    s = slots_.back().get();
+    s->flat.assign(static_cast<std::size_t>(slot_elems_), T(0));
+    if (units_.first || units_.last) {
+      s->ids.assign(static_cast<std::size_t>(dims_.n), 0);
+      s->targets.assign(static_cast<std::size_t>(dims_.n), 0);
+    }
+    carve(*s);
+  }
+  s->free = false;
+  live_[mb] = s;
+  return *s;
+}
+
+template <class T>
+typename Stage<T>::Slot& Stage<T>::live(int mb, const char* what) {
+  auto it = live_.find(mb);
+  if (it == live_.end())
+    throw std::logic_error(std::string("pipeline stage of chunk ") + std::to_string(units_.chunk) + ": " + what +
+                           " of micro-batch " + std::to_string(mb) + " before its forward");
+  return *it->second;
+}
+
+template <class T>
+T* Stage<T>::activation(int mb) { return slot(mb).x; }
+template <class T>
+T* Stage<T>::gradient(int mb) { return slot(mb).dy; }
+template <class T>
+std::int32_t* Stage<T>::ids(int mb) { return slot(mb).ids.data(); }
+template <class T>
+std::int32_t* Stage<T>::targets(int mb) { return slot(mb).targets.data(); }
+
+template <class T>
+void Stage<T>::hold(int mb, Request send) { live(mb, "a send").sends.push_back(std::move(send)); }
+
+template <class T>
+double Stage<T>::forward(int mb) {
+  Slot& s = slot(mb);
+  const std::int32_t* pos = pos_.data();
+  double loss = 0;
+  int l = 0;
+  for (int u : units_.units) {
+    const auto& ts = table_.units[u].tensors;
+    const T* w = store_.acquire(u);
+    if (u == table_.embed_unit()) {
+      embedding_forward(dims_, tp_, ts, w, s.ids.data(), s.x, ws_);
+    } else if (u == table_.head_unit()) {
+      loss = head_forward(dims_, tp_, ts, w, s.head, s.x, s.targets.data(), ws_);
+    } else {
+      decoder_forward(dims_, tp_, ts, w, s.layers[l++], s.x, pos, ws_);
+    }
+    store_.release(u);
+  }
+  return loss;
+}
+
+template <class T>
+void Stage<T>::backward_input(int mb, double loss_scale) {
+  Slot& s = live(mb, "B");
+  int l = layer_count_;
+  for (auto it = units_.units.rbegin(); it != units_.units.rend(); ++it) {
+    const int u = *it;
+    if (u == table_.embed_unit()) continue;  // no input gradient; W reads s.dy
+    const auto& ts = table_.units[u].tensors;
+    const T* w = store_.acquire(u);
+    if (u == table_.head_unit()) {
+      head_backward_input(dims_, tp_, ts, w, s.head, s.targets.data(), loss_scale, s.dy, ws_);
+    } else {
+      decoder_backward_input(dims_, tp_, ts, w, s.layers[--l], s.dy, pos_.data(), ws_);
+    }
+    store_.release(u);
+  }
+}
+
+template <class T>
+void Stage<T>::backward_weight(int mb) {
+  Slot& s = live(mb, "W");
+  int l = layer_count_;
+  for (auto it = units_.units.rbegin(); it != units_.units.rend(); ++it) {
+    const int u = *it;
+    const auto& ts = table_.units[u].tensors;
+    T* dw = store_.grad_begin(u);
+    if (u == table_.embed_unit()) {
+      embedding_backward_weight(dims_, tp_, ts, dw, s.ids.data(), s.dy, ws_);
+    } else if (u == table_.head_unit()) {
+      head_backward_weight(dims_, tp_, ts, dw, s.head, ws_);
+    } else {
+      decoder_backward_weight(dims_, tp_, ts, dw, s.layers[--l], ws_);
+    }
+    store_.grad_end(u);
+  }
+  discard(mb);
+}
+
+template <class T>
+void Stage<T>::discard(int mb) {
+  Slot& s = live(mb, "freeing the slot");
+  for (Request& r : s.sends) r.wait();
+  s.sends.clear();
+  s.free = true;
+  live_.erase(mb);
+}
+
+template class Stage<float>;
+template class Stage<double>;
+
+}  // namespace meshrun::train
