@@ -62,9 +62,12 @@ std::vector<std::string> keys_of_check(const std::string& check) {
   if (check == "seq-sp") return {"training.seq_len", "parallel.cp", "parallel.tp", "parallel.sequence_parallel"};
   if (check == "tp-nvlink")
     return {"parallel.tp", "cluster.gpus_per_node", "cluster.node_type", "cluster.nvlink_domain_gpus"};
-  if (check == "batch-dp" || check == "pp-microbatches" || check == "interleaved")
+  if (check == "batch-dp" || check == "pp-microbatches")
     return {"training.global_batch_size", "training.micro_batch_size", "parallel.dp", "parallel.pp",
             "parallel.virtual_stages"};
+  if (check == "interleaved")
+    return {"parallel.pipeline_schedule", "parallel.virtual_stages", "parallel.pp", "training.global_batch_size",
+            "training.micro_batch_size", "parallel.dp"};
   if (check == "hostlist") return {"cluster.hostlist", "cluster.nodes"};
   if (check == "nvlink-domain") return {"cluster.nvlink_domain_gpus", "cluster.gpus_per_node", "cluster.node_type"};
   if (check == "node-type") return {"cluster.node_type"};

@@ -1,7 +1,9 @@
 // Layout checks. Each produces one line: what is wrong, then how to fix it.
+#include <algorithm>
 #include <string>
 
 #include "meshrun/layout.hpp"
+#include "meshrun/schedule.hpp"
 
 namespace meshrun {
 namespace {
@@ -124,20 +126,25 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
                                  " is not divisible by dp·micro_batch_size = " + s(l.dp) + "·" +
                                  s(t.micro_batch_size) + " = " + s(per_step) +
                                  "; use a global batch that is a multiple of " + s(per_step)});
+  // The pipeline schedule rule is check_schedule_spec's, shared with the generators and the planner. Without a
+  // valid batch split it still checks schedule against virtual stages (with m = pp, which the rest accepts).
+  const bool batch_ok = t.micro_batch_size >= 1 && t.global_batch_size >= 1 && t.global_batch_size % per_step == 0;
+  const int64_t micro = batch_ok ? t.global_batch_size / per_step : l.pp;
+  check("pp-microbatches");
+  check("interleaved");
+  if (auto kind = parse_pipeline_schedule(cfg.parallel.pipeline_schedule); !kind)
+    p.push_back({"interleaved", "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +
+                                    "\" is not known; use \"gpipe\", \"1f1b\", \"interleaved\" or \"zb\""});
   else {
-    int64_t micro = t.global_batch_size / per_step;
-    check("pp-microbatches");
-    if (l.pp > 1 && micro < l.pp)
-      p.push_back({"pp-microbatches", "only " + s(micro) + " micro-batches per step for pp=" + s(l.pp) +
-                                          " stages (a pipeline needs at least one per stage); raise "
-                                          "training.global_batch_size or lower micro_batch_size or pp"});
-    check("interleaved");
-    if (l.virtual_stages > 1 && l.pp == 1)
-      p.push_back({"interleaved", "parallel.virtual_stages=" + s(l.virtual_stages) +
-                                      " needs a pipeline (pp > 1); set virtual_stages = 1"});
-    else if (l.virtual_stages > 1 && micro % l.pp != 0)
-      p.push_back({"interleaved", "the interleaved schedule needs micro-batches per step (" + s(micro) +
-                                      ") to be a multiple of pp=" + s(l.pp) + "; adjust global_batch_size"});
+    ScheduleSpec spec{*kind, l.pp, l.virtual_stages, l.pp};
+    std::string why = check_schedule_spec(spec);  // schedule against virtual stages and pp
+    const char* id = "interleaved";
+    if (why.empty()) {
+      spec.microbatches = int(std::min<int64_t>(micro, 1 << 30));
+      why = check_schedule_spec(spec);
+      if (l.pp > 1 && micro < l.pp) id = "pp-microbatches";
+    }
+    if (!why.empty()) p.push_back({id, why});
   }
   if (t.seq_len < 1)
     p.push_back({"seq-cp", "training.seq_len=" + s(t.seq_len) + " must be positive; set the tokens per sequence"});

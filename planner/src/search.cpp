@@ -151,6 +151,7 @@ SearchResult search(const JobConfig& cfg, int top_n) {
                   layout.virtual_stages = pc.v;
                   layout.zero_stage = zero;
                   check_cfg.training.micro_batch_size = mb;
+                  check_cfg.parallel.pipeline_schedule = schedule_name(pc.schedule);
                   if (!validate(check_cfg, layout, cluster).empty()) {
                     --res.feasible;
                     ++res.dropped_settings[int(Drop::validator)];

@@ -135,7 +135,30 @@ TEST_CASE("each validation error fires with its message", "[validate]") {
   SECTION("interleaving without a pipeline") {
     c.parallel.pp = 1;
     c.parallel.virtual_stages = 2;
+    c.parallel.pipeline_schedule = "interleaved";
     expect_problem(c, "interleaved", "needs a pipeline");
+  }
+  SECTION("virtual stages without the interleaved schedule") {
+    c.parallel.virtual_stages = 2;
+    expect_problem(c, "interleaved", "parallel.virtual_stages=2 needs pipeline_schedule = \"interleaved\"");
+    c.parallel.pipeline_schedule = "zb";
+    expect_problem(c, "interleaved", "(\"zb\" runs one chunk per pipeline rank)");
+  }
+  SECTION("the interleaved schedule with one chunk per rank") {
+    c.parallel.pipeline_schedule = "interleaved";
+    expect_problem(c, "interleaved", "needs parallel.virtual_stages ≥ 2");
+  }
+  SECTION("interleaved micro-batches not a multiple of pp") {
+    c.parallel.pipeline_schedule = "interleaved";
+    c.parallel.virtual_stages = 2;
+    c.training.global_batch_size = 12;  // dp 4: 3 micro-batches per step on 2 stages
+    expect_problem(c, "interleaved", "micro-batches per step (3) to be a multiple of pp=2");
+  }
+  SECTION("the schedule rule holds even when the batch split is wrong") {
+    c.parallel.virtual_stages = 2;
+    c.training.global_batch_size = 30;
+    expect_problem(c, "batch-dp", "not divisible by dp·micro_batch_size");
+    expect_problem(c, "interleaved", "needs pipeline_schedule = \"interleaved\"");
   }
   SECTION("negative sizes") {
     c.parallel.cp = -1;

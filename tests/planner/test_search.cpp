@@ -23,6 +23,7 @@ void check_returned(const JobConfig& base, const SearchResult& r) {
   for (const Estimate& e : r.top) {
     JobConfig cfg = base;
     cfg.training.micro_batch_size = e.micro_batch_size;
+    cfg.parallel.pipeline_schedule = schedule_name(e.schedule);  // virtual stages > 1 go with interleaved only
     INFO("tp " << e.layout.tp << " cp " << e.layout.cp << " pp " << e.layout.pp << " dp " << e.layout.dp);
     CHECK(meshrun::validate(cfg, e.layout, cluster).empty());
     CHECK(e.layout.world() == cluster.gpus());

@@ -1,0 +1,460 @@
+// Pipeline schedules as data: names, the spec rule, one generator per schedule, the validator and the
+// event simulator (semantics in schedule.hpp).
+#include "meshrun/schedule.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace meshrun {
+namespace {
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+bool is_compute(ActionKind k) {
+  return k == ActionKind::F || k == ActionKind::B || k == ActionKind::W || k == ActionKind::BW;
+}
+bool is_send(ActionKind k) { return k == ActionKind::send_act || k == ActionKind::send_grad; }
+bool is_recv(ActionKind k) { return k == ActionKind::recv_act || k == ActionKind::recv_grad; }
+bool is_input_backward(ActionKind k) { return k == ActionKind::B || k == ActionKind::BW; }
+bool frees_slot(ActionKind k) { return k == ActionKind::W || k == ActionKind::BW; }
+
+// Index of a (micro-batch, chunk) pair in flat per-step arrays.
+struct Grid {
+  int m, chunks;
+  int at(int mb, int chunk) const { return mb * chunks + chunk; }
+  int size() const { return m * chunks; }
+};
+
+// Message key: a send and its receive share it (the tag family is activation or gradient).
+int message_key(const Grid& g, const Action& a) {
+  bool grad = a.kind == ActionKind::send_grad || a.kind == ActionKind::recv_grad;
+  return (grad ? g.size() : 0) + g.at(a.microbatch, a.chunk);
+}
+
+Action compute(ActionKind k, int mb, int chunk) { return Action{k, mb, chunk, -1}; }
+
+// Lowering: every rank's compute order, with each receive placed right before the action that consumes it
+// and each send right after the action that produces it. Chunk 0's F reads data and the last chunk's B
+// starts from the loss, so nothing crosses those ends.
+ScheduleTable lower(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& compute_order) {
+  ScheduleTable t{spec, {}};
+  const int last = t.chunks() - 1, pp = spec.pp;
+  t.ranks.resize(pp);
+  for (int r = 0; r < pp; ++r) {
+    auto& out = t.ranks[r];
+    for (const Action& a : compute_order[r]) {
+      const int mb = a.microbatch, c = a.chunk;
+      if (a.kind == ActionKind::F && c > 0) out.push_back({ActionKind::recv_act, mb, c - 1, chunk_rank(c - 1, pp)});
+      if (is_input_backward(a.kind) && c < last)
+        out.push_back({ActionKind::recv_grad, mb, c + 1, chunk_rank(c + 1, pp)});
+      out.push_back(a);
+      if (a.kind == ActionKind::F && c < last) out.push_back({ActionKind::send_act, mb, c, chunk_rank(c + 1, pp)});
+      if (is_input_backward(a.kind) && c > 0) out.push_back({ActionKind::send_grad, mb, c, chunk_rank(c - 1, pp)});
+    }
+  }
+  return t;
+}
+
+// GPipe: all forwards, then all fused backwards, both in micro-batch order.
+std::vector<std::vector<Action>> gpipe_order(const ScheduleSpec& spec) {
+  std::vector<std::vector<Action>> order(spec.pp);
+  for (int r = 0; r < spec.pp; ++r) {
+    for (int mb = 0; mb < spec.microbatches; ++mb) order[r].push_back(compute(ActionKind::F, mb, r));
+    for (int mb = 0; mb < spec.microbatches; ++mb) order[r].push_back(compute(ActionKind::BW, mb, r));
+  }
+  return order;
+}
+
+// 1F1B (Megatron's forward_backward_pipelining_without_interleaving): rank i runs min(pp−i−1, m) warm-up
+// forwards, then (F, BW) pairs, then the cool-down backwards.
+std::vector<std::vector<Action>> one_f_one_b_order(const ScheduleSpec& spec) {
+  const int pp = spec.pp, m = spec.microbatches;
+  std::vector<std::vector<Action>> order(pp);
+  for (int r = 0; r < pp; ++r) {
+    const int warmup = std::min(pp - r - 1, m);
+    for (int mb = 0; mb < warmup; ++mb) order[r].push_back(compute(ActionKind::F, mb, r));
+    for (int k = 0; k < m - warmup; ++k) {
+      order[r].push_back(compute(ActionKind::F, warmup + k, r));
+      order[r].push_back(compute(ActionKind::BW, k, r));
+    }
+    for (int mb = m - warmup; mb < m; ++mb) order[r].push_back(compute(ActionKind::BW, mb, r));
+  }
+  return order;
+}
+
+// Interleaved 1F1B, Megatron-LM's forward_backward_pipelining_with_interleaving with
+// microbatch_group_size_per_vp_stage = pp: virtual micro-batch k runs micro-batch (k / (pp·V))·pp + k mod pp
+// on virtual stage (k mod (pp·V)) / pp (counted from the last stage for backwards). Warm-up is
+// 2·(pp−i−1) + (V−1)·pp forwards, or all of them when m = pp.
+std::vector<std::vector<Action>> interleaved_order(const ScheduleSpec& spec) {
+  const int pp = spec.pp, v = spec.virtual_stages, m = spec.microbatches, total = m * v;
+  std::vector<std::vector<Action>> order(pp);
+  for (int r = 0; r < pp; ++r) {
+    auto microbatch = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
+    auto chunk = [&](int k, bool forward) {
+      int stage = (k % (pp * v)) / pp;
+      return (forward ? stage : v - 1 - stage) * pp + r;
+    };
+    const int warmup = m == pp ? total : std::min(total, 2 * (pp - r - 1) + (v - 1) * pp);
+    auto forward = [&](int k) { order[r].push_back(compute(ActionKind::F, microbatch(k), chunk(k, true))); };
+    auto backward = [&](int k) { order[r].push_back(compute(ActionKind::BW, microbatch(k), chunk(k, false))); };
+    for (int k = 0; k < warmup; ++k) forward(k);
+    for (int k = 0; k < total - warmup; ++k) {
+      forward(warmup + k);
+      backward(k);
+    }
+    for (int k = total - warmup; k < total; ++k) backward(k);
+  }
+  return order;
+}
+
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §3; the order of the authors' reference
+// schedule, sail-sg/zero-bubble-pipeline-parallelism): B and W split, W deferred into the cool-down. Rank i
+// runs 1F1B's pp−i−1 warm-up forwards, then i (F, B) pairs that defer their W, then (F, B, W) triples,
+// then (B, W) pairs, then the deferred Ws. At most pp activation slots are live on any rank, 1F1B's peak
+// (on its stage 0). Each kind runs in micro-batch order, so B and W are ascending by construction.
+std::vector<std::vector<Action>> zero_bubble_order(const ScheduleSpec& spec) {
+  const int pp = spec.pp, m = spec.microbatches;
+  std::vector<std::vector<Action>> order(pp);
+  for (int r = 0; r < pp; ++r) {
+    int f = 0, b = 0, w = 0;
+    auto F = [&] { order[r].push_back(compute(ActionKind::F, f++, r)); };
+    auto B = [&] { order[r].push_back(compute(ActionKind::B, b++, r)); };
+    auto W = [&] { order[r].push_back(compute(ActionKind::W, w++, r)); };
+    for (int k = 0; k < pp - r - 1 && f < m; ++k) F();
+    for (int k = 0; k < r && f < m; ++k) F(), B();
+    while (f < m) F(), B(), W();
+    while (b < m) B(), W();
+    while (w < m) W();
+  }
+  return order;
+}
+
+double cost_of(const std::vector<double>& v, int chunk, const char* name) {
+  if (v.empty()) throw std::invalid_argument(std::string("schedule costs: ") + name + " is empty; give one value or one per chunk");
+  return v.size() == 1 ? v[0] : v.at(chunk);
+}
+
+}  // namespace
+
+std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view name) {
+  if (name == "gpipe") return PipelineSchedule::gpipe;
+  if (name == "1f1b") return PipelineSchedule::one_f_one_b;
+  if (name == "interleaved") return PipelineSchedule::interleaved;
+  if (name == "zb") return PipelineSchedule::zero_bubble;
+  return std::nullopt;
+}
+
+const char* pipeline_schedule_name(PipelineSchedule k) {
+  switch (k) {
+    case PipelineSchedule::gpipe: return "gpipe";
+    case PipelineSchedule::one_f_one_b: return "1f1b";
+    case PipelineSchedule::interleaved: return "interleaved";
+    case PipelineSchedule::zero_bubble: return "zb";
+  }
+  return "?";
+}
+
+const char* action_name(ActionKind k) {
+  switch (k) {
+    case ActionKind::F: return "F";
+    case ActionKind::B: return "B";
+    case ActionKind::W: return "W";
+    case ActionKind::BW: return "BW";
+    case ActionKind::send_act: return "send_act";
+    case ActionKind::recv_act: return "recv_act";
+    case ActionKind::send_grad: return "send_grad";
+    case ActionKind::recv_grad: return "recv_grad";
+  }
+  return "?";
+}
+
+std::string action_text(const Action& a) {
+  std::string t = std::string(action_name(a.kind)) + "(mb=" + s(a.microbatch) + ", chunk=" + s(a.chunk);
+  if (is_send(a.kind)) t += " -> rank " + s(a.peer);
+  if (is_recv(a.kind)) t += " <- rank " + s(a.peer);
+  return t + ")";
+}
+
+std::string check_schedule_spec(const ScheduleSpec& spec) {
+  const std::string name = pipeline_schedule_name(spec.kind);
+  if (spec.pp < 1) return "pp=" + s(spec.pp) + " must be at least 1; set parallel.pp to a positive integer";
+  if (spec.virtual_stages < 1)
+    return "parallel.virtual_stages=" + s(spec.virtual_stages) + " must be at least 1; set it to a positive integer";
+  if (spec.microbatches < 1)
+    return "a step needs at least one micro-batch, not " + s(spec.microbatches) +
+           "; raise training.global_batch_size or lower micro_batch_size";
+  if (spec.kind != PipelineSchedule::interleaved && spec.virtual_stages > 1)
+    return "parallel.virtual_stages=" + s(spec.virtual_stages) + " needs pipeline_schedule = \"interleaved\" (\"" +
+           name + "\" runs one chunk per pipeline rank); set parallel.pipeline_schedule = \"interleaved\" or "
+           "virtual_stages = 1";
+  if (spec.kind == PipelineSchedule::interleaved && spec.pp == 1)
+    return "the interleaved schedule needs a pipeline (pp > 1); set pp > 1, or pipeline_schedule = \"1f1b\" "
+           "with virtual_stages = 1";
+  if (spec.kind == PipelineSchedule::interleaved && spec.virtual_stages < 2)
+    return "pipeline_schedule = \"interleaved\" needs parallel.virtual_stages ≥ 2 (with 1 chunk per rank it is "
+           "1F1B); set virtual_stages ≥ 2 or pipeline_schedule = \"1f1b\"";
+  if (spec.pp > 1 && spec.microbatches < spec.pp)
+    return "only " + s(spec.microbatches) + " micro-batches per step for pp=" + s(spec.pp) +
+           " stages (a pipeline needs at least one per stage); raise training.global_batch_size or lower "
+           "micro_batch_size or pp";
+  if (spec.kind == PipelineSchedule::interleaved && spec.microbatches % spec.pp != 0)
+    return "the interleaved schedule needs micro-batches per step (" + s(spec.microbatches) +
+           ") to be a multiple of pp=" + s(spec.pp) + "; adjust global_batch_size";
+  return "";
+}
+
+ScheduleTable generate_schedule(const ScheduleSpec& spec) {
+  if (auto why = check_schedule_spec(spec); !why.empty()) throw std::invalid_argument(why);
+  switch (spec.kind) {
+    case PipelineSchedule::gpipe: return lower(spec, gpipe_order(spec));
+    case PipelineSchedule::one_f_one_b: return lower(spec, one_f_one_b_order(spec));
+    case PipelineSchedule::interleaved: return lower(spec, interleaved_order(spec));
+    case PipelineSchedule::zero_bubble: return lower(spec, zero_bubble_order(spec));
+  }
+  throw std::invalid_argument("unknown pipeline schedule");
+}
+
+std::vector<std::string> validate_schedule(const ScheduleTable& table) {
+  const ScheduleSpec& spec = table.spec;
+  if (auto why = check_schedule_spec(spec); !why.empty()) return {"schedule spec: " + why};
+  const int pp = spec.pp, m = spec.microbatches, chunks = table.chunks(), last = chunks - 1;
+  if (int(table.ranks.size()) != pp)
+    return {"the table has " + s(table.ranks.size()) + " rank lists for pp=" + s(pp) + "; give one list per pipeline rank"};
+  std::vector<std::string> problems;
+  auto at = [](int r, const Action& a) { return "rank " + s(r) + ": " + action_text(a); };
+
+  // 1. Each action is in range and on the rank its chunk lives on, with the right peer. Later checks
+  // index by (mb, chunk) and follow peers, so they run only when this one passes.
+  for (int r = 0; r < pp; ++r)
+    for (const Action& a : table.ranks[r]) {
+      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk > last) {
+        problems.push_back(at(r, a) + " is outside the step (micro-batches 0.." + s(m - 1) + ", chunks 0.." +
+                           s(last) + "); use a micro-batch and chunk of this step");
+        continue;
+      }
+      const int c = a.chunk;
+      int home = chunk_rank(c, pp);  // rank that must hold the action
+      int peer = -1;                 // rank the message must go to or come from
+      bool has_peer = true;
+      switch (a.kind) {
+        case ActionKind::send_act: has_peer = c < last; peer = chunk_rank(c + 1, pp); break;
+        case ActionKind::recv_act: has_peer = c < last; home = chunk_rank(c + 1, pp); peer = chunk_rank(c, pp); break;
+        case ActionKind::send_grad: has_peer = c > 0; peer = chunk_rank(c - 1, pp); break;
+        case ActionKind::recv_grad: has_peer = c > 0; home = chunk_rank(c - 1, pp); peer = chunk_rank(c, pp); break;
+        default: break;
+      }
+      if (!is_compute(a.kind) && !has_peer) {
+        problems.push_back(at(r, a) + " crosses the end of the pipeline (chunk " + s(c) + " of " + s(chunks) +
+                           " has no neighbour that way); remove it");
+      } else if (home != r) {
+        problems.push_back(at(r, a) + " is on the wrong rank: chunk " + s(c) + " lives on rank " +
+                           s(chunk_rank(c, pp)) + (is_compute(a.kind) ? "" : ", so this belongs on rank " + s(home)) +
+                           "; move it to rank " + s(home));
+      } else if (!is_compute(a.kind) && a.peer != peer) {
+        problems.push_back(at(r, a) + " names the wrong peer: " +
+                           (is_send(a.kind) ? "the consumer" : "the producer") + " of chunk " + s(c) +
+                           "'s tensor is rank " + s(peer) + "; set peer = " + s(peer));
+      }
+    }
+  if (!problems.empty()) return problems;
+
+  // 2. Exactly one F and one backward (B + W, or BW) per (mb, chunk); exactly one send and one receive
+  // per tensor that crosses ranks.
+  const Grid g{m, chunks};
+  enum { F, B, W, BW, kinds };
+  std::vector<std::vector<int>> count(kinds, std::vector<int>(g.size(), 0));
+  std::vector<int> sends(2 * g.size(), 0), recvs(2 * g.size(), 0);
+  std::vector<const Action*> a_send(2 * g.size(), nullptr), a_recv(2 * g.size(), nullptr);
+  std::vector<int> send_rank(2 * g.size(), -1), recv_rank(2 * g.size(), -1);
+  for (int r = 0; r < pp; ++r)
+    for (const Action& a : table.ranks[r]) {
+      int i = g.at(a.microbatch, a.chunk);
+      switch (a.kind) {
+        case ActionKind::F: ++count[F][i]; break;
+        case ActionKind::B: ++count[B][i]; break;
+        case ActionKind::W: ++count[W][i]; break;
+        case ActionKind::BW: ++count[BW][i]; break;
+        default: {
+          int k = message_key(g, a);
+          if (is_send(a.kind)) ++sends[k], a_send[k] = &a, send_rank[k] = r;
+          else ++recvs[k], a_recv[k] = &a, recv_rank[k] = r;
+        }
+      }
+    }
+  for (int mb = 0; mb < m; ++mb)
+    for (int c = 0; c < chunks; ++c) {
+      const int i = g.at(mb, c), home = chunk_rank(c, pp);
+      auto named = [&](ActionKind k) { return "rank " + s(home) + ": " + action_text(compute(k, mb, c)); };
+      auto once = [&](ActionKind k, int n, const char* role) {
+        if (n == 0) problems.push_back(named(k) + " is missing (" + role + "); add it to rank " + s(home) + "'s list");
+        if (n > 1) problems.push_back(named(k) + " runs " + s(n) + " times; keep exactly one");
+      };
+      once(ActionKind::F, count[F][i], "every micro-batch runs forward through every chunk");
+      if (count[BW][i] > 0 && count[B][i] + count[W][i] > 0)
+        problems.push_back(named(ActionKind::BW) + " is fused but B or W of the same micro-batch and chunk also "
+                                                   "runs; use either BW or the B and W pair");
+      else if (count[BW][i] > 0)
+        once(ActionKind::BW, count[BW][i], "");
+      else {
+        once(ActionKind::B, count[B][i], "the input gradient, or a fused BW");
+        once(ActionKind::W, count[W][i], "the weight gradient after its B, or a fused BW");
+      }
+    }
+  for (int k = 0; k < 2 * g.size(); ++k) {
+    if (sends[k] > 1) problems.push_back("rank " + s(send_rank[k]) + ": " + action_text(*a_send[k]) + " is posted " +
+                                         s(sends[k]) + " times; keep exactly one");
+    if (recvs[k] > 1) problems.push_back("rank " + s(recv_rank[k]) + ": " + action_text(*a_recv[k]) + " is posted " +
+                                         s(recvs[k]) + " times; keep exactly one");
+    if (sends[k] == 1 && recvs[k] == 0) {
+      const Action& a = *a_send[k];
+      problems.push_back("rank " + s(send_rank[k]) + ": " + action_text(a) + " has no matching " +
+                         (a.kind == ActionKind::send_act ? "recv_act" : "recv_grad") + " on rank " + s(a.peer) +
+                         "; add the receive before the action that consumes it");
+    }
+    if (recvs[k] == 1 && sends[k] == 0) {
+      const Action& a = *a_recv[k];
+      problems.push_back("rank " + s(recv_rank[k]) + ": " + action_text(a) + " has no matching " +
+                         (a.kind == ActionKind::recv_act ? "send_act" : "send_grad") + " on rank " + s(a.peer) +
+                         "; add the send after the action that produces it");
+    }
+  }
+
+  // 3. On each rank, every action after what it needs from this rank: F(m,c) after F(m,c−1) or its receive,
+  // B(m,c) after F(m,c) and B(m,c+1) or its receive, W(m,c) after B(m,c), a send after what produced it.
+  for (int r = 0; r < pp; ++r) {
+    std::vector<char> done_f(g.size(), 0), done_b(g.size(), 0), got_act(g.size(), 0), got_grad(g.size(), 0);
+    for (const Action& a : table.ranks[r]) {
+      const int mb = a.microbatch, c = a.chunk, i = g.at(mb, c);
+      auto needs = [&](bool ok, const std::string& what) {
+        if (!ok) problems.push_back(at(r, a) + " runs before " + what + "; move it after that on rank " + s(r));
+      };
+      auto input = [&](bool earlier_compute, bool received, ActionKind recv_kind, int from_chunk, ActionKind compute_kind) {
+        if (earlier_compute || received) return;
+        std::string what = chunk_rank(from_chunk, pp) == r
+                               ? action_text(compute(compute_kind, mb, from_chunk))
+                               : action_text(Action{recv_kind, mb, from_chunk, chunk_rank(from_chunk, pp)});
+        needs(false, what);
+      };
+      switch (a.kind) {
+        case ActionKind::F:
+          if (c > 0) input(done_f[g.at(mb, c - 1)], got_act[g.at(mb, c - 1)], ActionKind::recv_act, c - 1, ActionKind::F);
+          done_f[i] = 1;
+          break;
+        case ActionKind::B:
+        case ActionKind::BW:
+          needs(done_f[i], action_text(compute(ActionKind::F, mb, c)));
+          if (c < last)
+            input(done_b[g.at(mb, c + 1)], got_grad[g.at(mb, c + 1)], ActionKind::recv_grad, c + 1, ActionKind::B);
+          done_b[i] = 1;
+          break;
+        case ActionKind::W: needs(done_b[i], action_text(compute(ActionKind::B, mb, c))); break;
+        case ActionKind::send_act: needs(done_f[i], action_text(compute(ActionKind::F, mb, c))); break;
+        case ActionKind::send_grad: needs(done_b[i], action_text(compute(ActionKind::B, mb, c)) + " (or BW)"); break;
+        case ActionKind::recv_act: got_act[i] = 1; break;
+        case ActionKind::recv_grad: got_grad[i] = 1; break;
+      }
+    }
+  }
+  if (!problems.empty()) return problems;
+
+  // 4. Deadlock: run every rank with non-blocking sends and blocking receives until none can move.
+  std::vector<char> posted(2 * g.size(), 0);
+  std::vector<size_t> next(pp, 0);
+  std::vector<int> waiting_on(2 * g.size(), -1), runnable;
+  for (int r = 0; r < pp; ++r) runnable.push_back(r);
+  while (!runnable.empty()) {
+    int r = runnable.back();
+    runnable.pop_back();
+    const auto& list = table.ranks[r];
+    while (next[r] < list.size()) {
+      const Action& a = list[next[r]];
+      if (is_recv(a.kind) && !posted[message_key(g, a)]) {
+        waiting_on[message_key(g, a)] = r;
+        break;
+      }
+      if (is_send(a.kind)) {
+        int k = message_key(g, a);
+        posted[k] = 1;
+        if (waiting_on[k] >= 0) runnable.push_back(waiting_on[k]), waiting_on[k] = -1;
+      }
+      ++next[r];
+    }
+  }
+  for (int r = 0; r < pp; ++r)
+    if (next[r] < table.ranks[r].size()) {
+      const Action& a = table.ranks[r][next[r]];
+      const auto& peer_list = table.ranks[a.peer];
+      std::string peer_state = next[a.peer] < peer_list.size()
+                                   ? "rank " + s(a.peer) + " is itself blocked at " + action_text(peer_list[next[a.peer]])
+                                   : "rank " + s(a.peer) + " has finished";
+      problems.push_back(at(r, a) + " (action " + s(next[r]) + ") deadlocks: its send is never posted because " +
+                         peer_state + "; move the receive after the actions its sender waits for");
+    }
+  return problems;
+}
+
+Timeline simulate_schedule(const ScheduleTable& table, const ScheduleCosts& costs) {
+  if (auto problems = validate_schedule(table); !problems.empty())
+    throw std::invalid_argument("simulate_schedule needs a valid table: " + problems.front());
+  const int pp = table.spec.pp, chunks = table.chunks();
+  for (const auto* v : {&costs.f, &costs.b, &costs.w})
+    if (v->size() != 1 && int(v->size()) != chunks)
+      throw std::invalid_argument("schedule costs: give one value or one per chunk (" + s(chunks) + "), not " +
+                                  s(v->size()));
+  const Grid g{table.spec.microbatches, chunks};
+  Timeline tl;
+  tl.ranks.resize(pp);
+  std::vector<double> clock(pp, 0.0), busy(pp, 0.0), posted_at(2 * g.size(), -1.0);
+  std::vector<size_t> next(pp, 0);
+  std::vector<int> waiting_on(2 * g.size(), -1), runnable;
+  for (int r = 0; r < pp; ++r) runnable.push_back(r);
+  // Same progress rule as the deadlock check; times follow from when each send was posted.
+  while (!runnable.empty()) {
+    int r = runnable.back();
+    runnable.pop_back();
+    const auto& list = table.ranks[r];
+    while (next[r] < list.size()) {
+      const Action& a = list[next[r]];
+      if (is_recv(a.kind)) {
+        int k = message_key(g, a);
+        if (posted_at[k] < 0) {
+          waiting_on[k] = r;
+          break;
+        }
+        clock[r] = std::max(clock[r], posted_at[k] + costs.transfer);
+      } else if (is_send(a.kind)) {
+        int k = message_key(g, a);
+        posted_at[k] = clock[r];
+        if (waiting_on[k] >= 0) runnable.push_back(waiting_on[k]), waiting_on[k] = -1;
+      } else {
+        double f = cost_of(costs.f, a.chunk, "f"), b = cost_of(costs.b, a.chunk, "b"), w = cost_of(costs.w, a.chunk, "w");
+        double d = a.kind == ActionKind::F ? f : a.kind == ActionKind::B ? b : a.kind == ActionKind::W ? w : b + w;
+        tl.ranks[r].push_back({int(next[r]), clock[r], clock[r] + d});
+        clock[r] += d;
+        busy[r] += d;
+      }
+      ++next[r];
+    }
+  }
+  tl.makespan = *std::max_element(clock.begin(), clock.end());
+  tl.idle.resize(pp);
+  tl.peak_live_per_rank.assign(pp, 0);
+  double idle_sum = 0;
+  for (int r = 0; r < pp; ++r) {
+    tl.idle[r] = tl.makespan - busy[r];
+    idle_sum += tl.idle[r];
+    // A rank computes one action at a time, so walking its list in order sees slots open and close in time order.
+    int live = 0;
+    for (const TimedAction& ta : tl.ranks[r]) {
+      ActionKind k = table.ranks[r][ta.index].kind;
+      if (k == ActionKind::F) tl.peak_live_per_rank[r] = std::max(tl.peak_live_per_rank[r], ++live);
+      if (frees_slot(k)) --live;
+    }
+  }
+  tl.peak_live_microbatches = *std::max_element(tl.peak_live_per_rank.begin(), tl.peak_live_per_rank.end());
+  tl.bubble_fraction = tl.makespan > 0 ? idle_sum / (pp * tl.makespan) : 0.0;
+  return tl;
+}
+
+}  // namespace meshrun
