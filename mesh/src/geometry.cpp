@@ -21,8 +21,10 @@ std::optional<BatchGeometry> batch_geometry(const TrainingSpec& t, const Layout&
     return std::nullopt;
   };
   const auto s = [](std::int64_t v) { return std::to_string(v); };
-  if (t.seq_len < 1 || t.global_batch_size < 1 || t.micro_batch_size < 1)
-    return fail("training.seq_len, global_batch_size and micro_batch_size must be positive; set them in [training]");
+  if (t.global_batch_size < 1 || t.micro_batch_size < 1)
+    return fail("training.global_batch_size and micro_batch_size must be positive; set both in [training]");
+  if (t.seq_len < 1)
+    return fail("training.seq_len=" + s(t.seq_len) + " must be positive; set the tokens per sequence");
   if (l.dp < 1 || l.cp < 1 || l.tp < 1) return fail("parallel.tp, cp and dp must be positive");
   BatchGeometry g;
   g.global_batch = t.global_batch_size;

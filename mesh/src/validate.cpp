@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "meshrun/geometry.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/schedule.hpp"
 
@@ -118,18 +119,13 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
                                   divisors(cluster.gpus_per_node, 64) + "}"});
 
   check("batch-dp");
-  int64_t per_step = int64_t(l.dp) * t.micro_batch_size;
-  if (t.micro_batch_size < 1 || t.global_batch_size < 1)
-    p.push_back({"batch-dp", "training.global_batch_size and micro_batch_size must be positive; set both in [training]"});
-  else if (t.global_batch_size % per_step != 0)
-    p.push_back({"batch-dp", "training.global_batch_size=" + s(t.global_batch_size) +
-                                 " is not divisible by dp·micro_batch_size = " + s(l.dp) + "·" +
-                                 s(t.micro_batch_size) + " = " + s(per_step) +
-                                 "; use a global batch that is a multiple of " + s(per_step)});
+  // The batch split is mesh's one batch geometry (geometry.hpp), also read by the planner and the trainer.
+  std::string batch_problem;
+  const auto geometry = t.seq_len >= 1 ? batch_geometry(t, l, &batch_problem) : std::nullopt;
+  if (t.seq_len >= 1 && !geometry) p.push_back({"batch-dp", batch_problem});
   // The pipeline schedule rule is check_schedule_spec's, shared with the generators and the planner. Without a
   // valid batch split it still checks schedule against virtual stages (with m = pp, which the rest accepts).
-  const bool batch_ok = t.micro_batch_size >= 1 && t.global_batch_size >= 1 && t.global_batch_size % per_step == 0;
-  const int64_t micro = batch_ok ? t.global_batch_size / per_step : l.pp;
+  const int64_t micro = geometry ? geometry->microbatches : l.pp;
   check("pp-microbatches");
   check("interleaved");
   if (auto kind = parse_pipeline_schedule(cfg.parallel.pipeline_schedule); !kind)

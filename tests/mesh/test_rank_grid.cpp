@@ -182,3 +182,43 @@ TEST_CASE("bad orders are rejected with a fix", "[order]") {
   REQUIRE_FALSE(parse_order("tp-cp-xp-dp-pp", &err));
   REQUIRE(err.find("unknown axis 'xp'") != std::string::npos);
 }
+
+TEST_CASE("ring peers and along() move one coordinate, wrapping, for every order", "[rank][neighbors]") {
+  for (const char* order : {"tp-cp-ep-dp-pp", "tp-cp-pp-dp", "dp-tp-cp-ep-pp", "pp-dp-cp-tp"}) {
+    Layout l;
+    l.tp = 2;
+    l.cp = 3;
+    l.pp = 4;
+    l.dp = 2;
+    std::string err;
+    l.order = *parse_order(order, &err);
+    const RankGrid g(l);
+    for (int r = 0; r < g.world(); ++r) {
+      const Coord c = g.coords(r);
+      for (Axis a : {Axis::tp, Axis::cp, Axis::dp, Axis::pp}) {
+        const int size = l.size(a);
+        const auto peers = g.ring_peers(r, a);
+        Coord next = g.coords(peers.next), prev = g.coords(peers.prev);
+        INFO(order << " rank " << r << " axis " << axis_name(a));
+        CHECK(next.get(a) == (c.get(a) + 1) % size);
+        CHECK(prev.get(a) == (c.get(a) + size - 1) % size);
+        for (Axis other : {Axis::tp, Axis::cp, Axis::dp, Axis::pp})
+          if (other != a) {
+            CHECK(next.get(other) == c.get(other));
+            CHECK(prev.get(other) == c.get(other));
+          }
+        // The neighbours are members of r's group on that axis.
+        const GroupKind kind = a == Axis::tp ? GroupKind::tp : a == Axis::cp ? GroupKind::cp
+                               : a == Axis::dp ? GroupKind::dp : GroupKind::pp;
+        const auto members = g.group_of(r, kind);
+        CHECK(std::count(members.begin(), members.end(), peers.next) == 1);
+        CHECK(g.index_in_group(peers.next, kind) == (g.index_in_group(r, kind) + 1) % size);
+      }
+    }
+  }
+  Layout l;
+  l.pp = 2;
+  const RankGrid g(l);
+  CHECK_THROWS_WITH(g.along(0, Axis::pp, 2), Catch::Contains("out of range"));
+  CHECK_THROWS(g.along(0, Axis::ep, 0));
+}

@@ -40,6 +40,25 @@ expect 0 "step     1/1" "checkpoint.load on another layout" -- "${MPI[@]}" -np 2
 l2=$(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/m2.jsonl")
 awk -v a="$l2" 'BEGIN { exit !(a < 4.5) }' && pass "loaded weights are the trained ones (loss $l2)" || bad "loaded model loss $l2 is not trained"
 
+# 2b. Pipeline parallelism: TP 2 x PP 2 (1F1B) and the interleaved schedule with 2 virtual stages; the
+#     loss falls as with pp = 1, and the pp = 2 run's losses equal the pp = 1 run's (same layout otherwise).
+expect 0 "pipeline 1f1b, 2 stages" "tiny.toml trains with pp = 2" -- "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" \
+  --set parallel.pp=2 --set data.path="$DIR/corpus.bin" --set training.steps=20 --metrics "$DIR/pp.jsonl"
+pf=$(head -1 "$DIR/pp.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+pl=$(tail -1 "$DIR/pp.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+if awk -v a="$pf" -v b="$pl" 'BEGIN { exit !(b < a - 1.0) }'; then pass "pp = 2: loss falls visibly ($pf -> $pl)";
+else bad "pp = 2: loss did not fall by 1.0 ($pf -> $pl)"; fi
+grep -q '"pipeline_wait_ms":' "$DIR/pp.jsonl" && pass "metrics carry pipeline_wait_ms" || bad "metrics lack pipeline_wait_ms"
+expect 0 "step    20/20" "same layout without a pipeline (tp 2, dp 2 -> tp 2 x dp 1 on 2 ranks)" -- "${MPI[@]}" -np 2 \
+  "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set training.steps=20 --metrics "$DIR/flat.jsonl"
+if diff <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/pp.jsonl") <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/flat.jsonl") >/dev/null;
+then pass "pp = 2 losses equal pp = 1 losses, all 20 steps"; else bad "pp = 2 losses differ from pp = 1"; fi
+expect 0 "pipeline interleaved, 2 stages × 2 virtual" "tiny.toml trains interleaved (V = 2)" -- "${MPI[@]}" -np 4 \
+  "$TRAIN" "$TEMPLATE" --set parallel.pp=2 --set parallel.pipeline_schedule=interleaved \
+  --set parallel.virtual_stages=2 --set data.path="$DIR/corpus.bin" --set training.steps=20 --metrics "$DIR/il.jsonl"
+if diff <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/il.jsonl") <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/flat.jsonl") >/dev/null;
+then pass "interleaved losses equal pp = 1 losses"; else bad "interleaved losses differ from pp = 1"; fi
+
 # 3. Bad input: one line, exit 2.
 expect 2 "needs 4 ranks but MPI started 2" "world size differs from the layout" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" \
   --set parallel.tp=2 --set parallel.dp=2 --set data.path="$DIR/corpus.bin"
@@ -53,8 +72,11 @@ expect 2 "is empty" "empty token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp
 head -c 100 "$DIR/corpus.bin" >"$DIR/short.bin"
 expect 2 "fewer than one batch" "too-short token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set data.path="$DIR/short.bin"
 expect 2 "did you mean" "misspelled --set key" -- "$TRAIN" "$TEMPLATE" --set trainin.steps=2
-expect 2 "pipeline parallelism" "pp > 1 is refused until it exists" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" \
-  --set parallel.tp=1 --set parallel.pp=2 --set data.path="$DIR/corpus.bin"
+expect 2 "virtual_stages" "virtual stages without the interleaved schedule are refused" -- "${MPI[@]}" -np 4 \
+  "$TRAIN" "$TEMPLATE" --set parallel.pp=2 --set parallel.virtual_stages=2 --set data.path="$DIR/corpus.bin"
+expect 2 "micro-batches" "a pipeline with fewer micro-batches than stages is refused" -- "${MPI[@]}" -np 4 \
+  "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set parallel.pp=4 --set training.global_batch_size=4 \
+  --set data.path="$DIR/corpus.bin"
 expect 2 "checkpoint.load" "missing checkpoint" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 \
   --set data.path="$DIR/corpus.bin" --set checkpoint.load="$DIR/none.safetensors"
 expect 2 "not writable" "checkpoint.save into a missing directory (checked before training)" -- "$TRAIN" "$TEMPLATE" \

@@ -106,6 +106,30 @@ int main(int argc, char** argv) {
       }
       check(from == prev * 10, "send/recv ring");
     }
+    // 6b. Non-blocking exchange in both directions at once, 4 MiB each way (far above Open MPI's eager
+    //     limit): every rank posts both sends before any receive, as a pipeline's steady state and a
+    //     ring do. Blocking sends in this order would deadlock.
+    if (p > 1) {
+      const std::int64_t big = std::int64_t(1) << 20;
+      const int next = (r + 1) % p, prev = (r + p - 1) % p;
+      std::vector<float> to_next(big, float(r)), to_prev(big, float(-r)), from_prev(big, -1.f), from_next(big, -1.f);
+      Request s1 = c.isend(to_next.data(), big, DType::f32, next, 5);
+      Request s2 = c.isend(to_prev.data(), big, DType::f32, prev, 6);
+      Request r1 = c.irecv(from_prev.data(), big, DType::f32, prev, 5);
+      Request r2 = c.irecv(from_next.data(), big, DType::f32, next, 6);
+      check(s1.pending() && r2.pending(), "non-blocking requests pending until waited");
+      r2.wait();
+      r1.wait();
+      s2.wait();
+      s1.wait();
+      check(!s1.pending() && from_prev[0] == float(prev) && from_prev[big - 1] == float(prev) &&
+                from_next[big - 1] == float(-next),
+            "isend/irecv both directions, 4 MiB");
+      std::vector<double> ring_out(big / 2, double(r)), ring_in(big / 2, -1.0);
+      c.sendrecv(ring_out.data(), big / 2, next, ring_in.data(), big / 2, prev, DType::f64, 7);
+      check(ring_in[0] == double(prev) && ring_in[big / 2 - 1] == double(prev), "sendrecv around the ring");
+      check(c.max_tag() >= 32767, "MPI_TAG_UB at least the standard's 32767");
+    }
     // 7. all_to_all with counts: rank r sends r+q+1 values to rank q, each encoding (r, q, i).
     std::vector<std::int64_t> sc(p), rc(p);
     std::vector<float> sbuf, rbuf;

@@ -22,8 +22,17 @@ int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Com
 }
 
 template <class T>
-PipelineRuntime<T>::PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, DType dtype)
-    : stages_(std::move(stages)), pp_(pp), dtype_(dtype) {}
+PipelineRuntime<T>::PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype)
+    : stages_(std::move(stages)), pp_(pp), prev_(prev), next_(next), dtype_(dtype) {}
+
+template <class T>
+int PipelineRuntime<T>::peer(const Action& a, int expected) const {
+  if (a.peer != expected)
+    throw std::logic_error("pipeline rank " + std::to_string(pp_.rank()) + ": " + action_text(a) +
+                           " names peer " + std::to_string(a.peer) + " but the rank grid's neighbour is " +
+                           std::to_string(expected));
+  return expected;
+}
 
 template <class T>
 Stage<T>& PipelineRuntime<T>::stage(int chunk, const Action& a) {
@@ -74,19 +83,23 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
       }
       case ActionKind::send_act: {
         Stage<T>& s = stage(a.chunk, a);
-        s.hold(a.microbatch, pp_.isend(s.activation(a.microbatch), s.rows_times_hidden(), dtype_, a.peer,
-                                       transfer_tag(false, a.microbatch, a.chunk, chunks, pp_)));
+        s.hold(a.microbatch,
+               pp_.isend(s.activation(a.microbatch), s.rows_times_hidden(), dtype_, peer(a, next_),
+                         transfer_tag(false, a.microbatch, a.chunk, chunks, pp_)),
+               false);
         break;
       }
       case ActionKind::send_grad: {
         Stage<T>& s = stage(a.chunk, a);
-        s.hold(a.microbatch, pp_.isend(s.gradient(a.microbatch), s.rows_times_hidden(), dtype_, a.peer,
-                                       transfer_tag(true, a.microbatch, a.chunk, chunks, pp_)));
+        s.hold(a.microbatch,
+               pp_.isend(s.gradient(a.microbatch), s.rows_times_hidden(), dtype_, peer(a, prev_),
+                         transfer_tag(true, a.microbatch, a.chunk, chunks, pp_)),
+               true);
         break;
       }
       case ActionKind::recv_act: {
         Stage<T>& s = stage(a.chunk + 1, a);
-        pp_.irecv(s.activation(a.microbatch), s.rows_times_hidden(), dtype_, a.peer,
+        pp_.irecv(s.activation(a.microbatch), s.rows_times_hidden(), dtype_, peer(a, prev_),
                   transfer_tag(false, a.microbatch, a.chunk, chunks, pp_))
             .wait();
         t.wait_s += seconds_since(t0);
@@ -94,7 +107,7 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
       }
       case ActionKind::recv_grad: {
         Stage<T>& s = stage(a.chunk - 1, a);
-        pp_.irecv(s.gradient(a.microbatch), s.rows_times_hidden(), dtype_, a.peer,
+        pp_.irecv(s.gradient(a.microbatch), s.rows_times_hidden(), dtype_, peer(a, next_),
                   transfer_tag(true, a.microbatch, a.chunk, chunks, pp_))
             .wait();
         t.wait_s += seconds_since(t0);
@@ -102,6 +115,8 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
       }
     }
   }
+  for (Stage<T>* s : stages_)
+    if (s) s->finish();
   for (Stage<T>* s : stages_)
     if (s && s->live_slots() != 0)
       throw std::logic_error("pipeline: chunk " + std::to_string(s->units().chunk) + " still holds " +

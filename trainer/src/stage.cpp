@@ -71,7 +71,9 @@ typename Stage<T>::Slot& Stage<T>::slot(int mb) {
     }
     carve(*s);
   }
-  s->free = false;
+  for (Request& r : s->sends) r.wait();
+  s->sends.clear();
+  s->free = s->weights_done = s->gradient_sent = false;
   live_[mb] = s;
   return *s;
 }
@@ -95,7 +97,29 @@ template <class T>
 std::int32_t* Stage<T>::targets(int mb) { return slot(mb).targets.data(); }
 
 template <class T>
-void Stage<T>::hold(int mb, Request send) { live(mb, "a send").sends.push_back(std::move(send)); }
+void Stage<T>::hold(int mb, Request send, bool gradient) {
+  Slot& s = live(mb, "a send");
+  s.sends.push_back(std::move(send));
+  if (gradient) {
+    s.gradient_sent = true;
+    release_if_done(mb, s);
+  }
+}
+
+template <class T>
+void Stage<T>::release_if_done(int mb, Slot& s) {
+  if (!s.weights_done || (!units_.first && !s.gradient_sent)) return;
+  s.free = true;
+  live_.erase(mb);
+}
+
+template <class T>
+void Stage<T>::finish() {
+  for (auto& p : slots_) {
+    for (Request& r : p->sends) r.wait();
+    p->sends.clear();
+  }
+}
 
 template <class T>
 double Stage<T>::forward(int mb) {
@@ -153,16 +177,15 @@ void Stage<T>::backward_weight(int mb) {
     }
     store_.grad_end(u);
   }
-  discard(mb);
+  s.weights_done = true;
+  release_if_done(mb, s);
 }
 
 template <class T>
 void Stage<T>::discard(int mb) {
   Slot& s = live(mb, "freeing the slot");
-  for (Request& r : s.sends) r.wait();
-  s.sends.clear();
-  s.free = true;
-  live_.erase(mb);
+  s.weights_done = s.gradient_sent = true;
+  release_if_done(mb, s);
 }
 
 template class Stage<float>;

@@ -106,7 +106,9 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   if (const std::string why = check_schedule_spec(schedule_spec(cfg, l, geometry_)); !why.empty())
     throw std::invalid_argument(why);
   schedule_ = generate_schedule(schedule_spec(cfg, l, geometry_));
-  runtime_ = std::make_unique<PipelineRuntime<T>>(by_chunk, pp_, dtype_of<T>());
+  const auto peers = grid.ring_peers(rank, Axis::pp);
+  runtime_ = std::make_unique<PipelineRuntime<T>>(by_chunk, pp_, grid.index_in_group(peers.prev, GroupKind::pp),
+                                                  grid.index_in_group(peers.next, GroupKind::pp), dtype_of<T>());
 }
 
 template <class T>

@@ -29,9 +29,12 @@ template <class T>
 class PipelineRuntime {
  public:
   // stages[c]: the stage of chunk c if this rank holds it, else nullptr. pp: the pipeline group, whose
-  // rank r is pipeline rank r. load(mb, ids, targets): the micro-batch's tokens (chunk 0 and last).
+  // rank r is pipeline rank r; prev/next: this rank's ring neighbours in it (from mesh's
+  // RankGrid::ring_peers): activations go to next and come from prev, gradients the other way, and a
+  // table whose peer says otherwise is refused. load(mb, ids, targets): the micro-batch's tokens
+  // (chunk 0 and last).
   using Loader = std::function<void(int mb, std::int32_t* ids, std::int32_t* targets)>;
-  PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, DType dtype);
+  PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype);
 
   // Runs `actions`; returns each micro-batch's Σ cross-entropy (non-zero on the last chunk's rank only).
   std::vector<double> run(const std::vector<Action>& actions, int microbatches, const Loader& load,
@@ -39,8 +42,10 @@ class PipelineRuntime {
 
  private:
   Stage<T>& stage(int chunk, const Action& a);
+  int peer(const Action& a, int expected) const;
   std::vector<Stage<T>*> stages_;
   Comm& pp_;
+  int prev_, next_;
   DType dtype_;
 };
 

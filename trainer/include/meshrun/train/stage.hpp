@@ -2,7 +2,8 @@
 // its decoder layers, the head on the last chunk) and one activation slot per micro-batch in flight.
 // The runtime (pipeline.hpp) calls forward, backward_input (B) and backward_weight (W) per micro-batch in
 // the order of the schedule table; a slot is taken at a micro-batch's first use on this chunk and given
-// back when its W is done, after its pending sends have completed.
+// back once its W is done and its input gradient has been handed to a send (chunks after the first);
+// a freed slot's sends complete before it is used again, and all of them at finish().
 #pragma once
 #include <cstdint>
 #include <map>
@@ -42,8 +43,10 @@ class Stage {
   double forward(int mb);          // Σ cross-entropy of the micro-batch on the last chunk, else 0
   void backward_input(int mb, double loss_scale);
   void backward_weight(int mb);    // gradients into the store; frees the slot
-  void hold(int mb, Request send); // a send from this slot, completed before the slot is reused
+  // A send from this slot (of its input gradient when `gradient`), completed before the slot is reused.
+  void hold(int mb, Request send, bool gradient);
   void discard(int mb);            // forward only (evaluation): free the slot without a backward
+  void finish();                   // completes every pending send (end of a step)
 
   int live_slots() const { return static_cast<int>(live_.size()); }
   int peak_slots() const { return static_cast<int>(slots_.size()); }
@@ -57,10 +60,11 @@ class Stage {
     std::vector<DecoderActs<T>> layers;
     HeadActs<T> head{};
     std::vector<Request> sends;
-    bool free = true;
+    bool free = true, weights_done = false, gradient_sent = false;
   };
   Slot& slot(int mb);
   Slot& live(int mb, const char* what);
+  void release_if_done(int mb, Slot& s);
   void carve(Slot& s);
 
   ChunkUnits units_;
