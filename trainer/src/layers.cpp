@@ -29,20 +29,30 @@ LayerDims LayerDims::make(const ModelSpec& m, const BatchGeometry& g, int tp, in
 }
 
 template <class T>
-void DecoderActs<T>::carve(Carver<T>& c, const LayerDims& d) {
+void DecoderActs<T>::carve_forward(Carver<T>& c, const LayerDims& d) {
   const std::int64_t n = d.n, nl = d.nl, h = d.h, qd = d.hq * d.dh, kvd = d.hkv * d.dh, f = d.ffn;
   x_in = c.take(nl * h); rstd1 = c.take(nl); xn1 = c.take(nl * h);
   q = c.take(n * qd); k = c.take(n * kvd); v = c.take(n * kvd); att = c.take(n * qd); lse = c.take(n * d.hq);
   x2 = c.take(nl * h); rstd2 = c.take(nl); xn2 = c.take(nl * h);
   gate = c.take(n * f); up = c.take(n * f); hact = c.take(n * f);
+}
+
+template <class T>
+void DecoderActs<T>::carve_backward(Carver<T>& c, const LayerDims& d) {
+  const std::int64_t n = d.n, nl = d.nl, h = d.h, qd = d.hq * d.dh, kvd = d.hkv * d.dh, f = d.ffn;
   dmlp = c.take(n * h); dgate = c.take(n * f); dup = c.take(n * f); dattn = c.take(n * h);
   dq = c.take(n * qd); dk = c.take(n * kvd); dv = c.take(n * kvd); dxn2 = c.take(nl * h); dxn1 = c.take(nl * h);
 }
 
 template <class T>
-void HeadActs<T>::carve(Carver<T>& c, const LayerDims& d) {
+void HeadActs<T>::carve_forward(Carver<T>& c, const LayerDims& d) {
   xf_in = c.take(d.nl * d.h); rstd = c.take(d.nl); xf = c.take(d.n * d.h); logits = c.take(d.n * d.vl);
-  ce_max = c.take(d.n); ce_sum = c.take(d.n); ce_tgt = c.take(d.n); ce_loss = c.take(d.n); dxf = c.take(d.nl * d.h);
+  ce_max = c.take(d.n); ce_sum = c.take(d.n); ce_tgt = c.take(d.n); ce_loss = c.take(d.n);
+}
+
+template <class T>
+void HeadActs<T>::carve_backward(Carver<T>& c, const LayerDims& d) {
+  dxf = c.take(d.nl * d.h);
 }
 
 template <class T>

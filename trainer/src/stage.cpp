@@ -1,5 +1,6 @@
 #include "meshrun/train/stage.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +34,13 @@ Stage<T>::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& t
     if (u != table_.embed_unit() && u != table_.head_unit()) ++layer_count_;
   Slot probe;
   carve(probe);
+  carve_backward(probe);
+  // The largest single unit's backward part (a decoder layer, or the head) for fused backwards.
+  Carver<T> one;
+  if (layer_count_ > 0) probe.layers[0].carve_backward(one, dims_);
+  Carver<T> head;
+  if (units_.last) probe.head.carve_backward(head, dims_);
+  unit_grads_.assign(static_cast<std::size_t>(std::max(one.used, head.used)), T(0));
 }
 
 template <class T>
@@ -41,15 +49,25 @@ void Stage<T>::carve(Slot& s) {
   s.x = c.take(dims_.nl * dims_.h);
   s.dy = c.take(dims_.nl * dims_.h);
   s.layers.resize(static_cast<std::size_t>(layer_count_));
-  for (DecoderActs<T>& a : s.layers) a.carve(c, dims_);
-  if (units_.last) s.head.carve(c, dims_);
+  for (DecoderActs<T>& a : s.layers) a.carve_forward(c, dims_);
+  if (units_.last) s.head.carve_forward(c, dims_);
   slot_elems_ = c.used;
 }
 
 template <class T>
-std::int64_t Stage<T>::slot_bytes() const {
-  return slot_elems_ * static_cast<std::int64_t>(sizeof(T)) +
-         (units_.first || units_.last ? 2 * dims_.n * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0);
+void Stage<T>::carve_backward(Slot& s) {
+  Carver<T> c{s.grads ? s.grads->flat.data() : nullptr, 0};
+  for (DecoderActs<T>& a : s.layers) a.carve_backward(c, dims_);
+  if (units_.last) s.head.carve_backward(c, dims_);
+  grad_elems_ = c.used;
+}
+
+template <class T>
+std::int64_t Stage<T>::allocated_bytes() const {
+  const std::int64_t ints = units_.first || units_.last ? 2 * dims_.n * std::int64_t(sizeof(std::int32_t)) : 0;
+  return static_cast<std::int64_t>(slots_.size()) * (slot_elems_ * std::int64_t(sizeof(T)) + ints) +
+         static_cast<std::int64_t>(grad_buffers_.size()) * grad_elems_ * std::int64_t(sizeof(T)) +
+         static_cast<std::int64_t>(unit_grads_.size() * sizeof(T));
 }
 
 template <class T>
@@ -143,40 +161,86 @@ double Stage<T>::forward(int mb) {
 }
 
 template <class T>
-void Stage<T>::backward_input(int mb, double loss_scale) {
-  Slot& s = live(mb, "B");
+void Stage<T>::unit_backward_input(Slot& s, int u, int layer, double loss_scale) {
+  if (u == table_.embed_unit()) return;  // no input gradient; its W reads s.dy
+  const auto& ts = table_.units[u].tensors;
+  const T* w = store_.acquire(u);
+  if (u == table_.head_unit()) {
+    head_backward_input(dims_, tp_, ts, w, s.head, s.targets.data(), loss_scale, s.dy, ws_);
+  } else {
+    decoder_backward_input(dims_, tp_, ts, w, s.layers[layer], s.dy, pos_.data(), ws_);
+  }
+  store_.release(u);
+}
+
+template <class T>
+void Stage<T>::unit_backward_weight(Slot& s, int u, int layer) {
+  const auto& ts = table_.units[u].tensors;
+  T* dw = store_.grad_begin(u);
+  if (u == table_.embed_unit()) {
+    embedding_backward_weight(dims_, tp_, ts, dw, s.ids.data(), s.dy, ws_);
+  } else if (u == table_.head_unit()) {
+    head_backward_weight(dims_, tp_, ts, dw, s.head, ws_);
+  } else {
+    decoder_backward_weight(dims_, tp_, ts, dw, s.layers[layer], ws_);
+  }
+  store_.grad_end(u);
+}
+
+// Layer index (into the slot's decoder activations) of each unit, in reverse unit order.
+template <class T>
+template <class F>
+void Stage<T>::for_units_reversed(F&& f) {
   int l = layer_count_;
   for (auto it = units_.units.rbegin(); it != units_.units.rend(); ++it) {
     const int u = *it;
-    if (u == table_.embed_unit()) continue;  // no input gradient; W reads s.dy
-    const auto& ts = table_.units[u].tensors;
-    const T* w = store_.acquire(u);
-    if (u == table_.head_unit()) {
-      head_backward_input(dims_, tp_, ts, w, s.head, s.targets.data(), loss_scale, s.dy, ws_);
-    } else {
-      decoder_backward_input(dims_, tp_, ts, w, s.layers[--l], s.dy, pos_.data(), ws_);
-    }
-    store_.release(u);
+    const bool decoder = u != table_.embed_unit() && u != table_.head_unit();
+    f(u, decoder ? --l : -1);
   }
+}
+
+template <class T>
+void Stage<T>::backward_input(int mb, double loss_scale) {
+  Slot& s = live(mb, "B");
+  if (!s.grads) {
+    for (auto& g : grad_buffers_)
+      if (g->free) {
+        s.grads = g.get();
+        break;
+      }
+    if (!s.grads) {
+      grad_buffers_.push_back(std::make_unique<GradBuffer>());
+      s.grads = grad_buffers_.back().get();
+      s.grads->flat.assign(static_cast<std::size_t>(grad_elems_), T(0));
+    }
+    s.grads->free = false;
+    carve_backward(s);
+  }
+  for_units_reversed([&](int u, int layer) { unit_backward_input(s, u, layer, loss_scale); });
 }
 
 template <class T>
 void Stage<T>::backward_weight(int mb) {
   Slot& s = live(mb, "W");
-  int l = layer_count_;
-  for (auto it = units_.units.rbegin(); it != units_.units.rend(); ++it) {
-    const int u = *it;
-    const auto& ts = table_.units[u].tensors;
-    T* dw = store_.grad_begin(u);
-    if (u == table_.embed_unit()) {
-      embedding_backward_weight(dims_, tp_, ts, dw, s.ids.data(), s.dy, ws_);
-    } else if (u == table_.head_unit()) {
-      head_backward_weight(dims_, tp_, ts, dw, s.head, ws_);
-    } else {
-      decoder_backward_weight(dims_, tp_, ts, dw, s.layers[--l], ws_);
-    }
-    store_.grad_end(u);
-  }
+  if (!s.grads && grad_elems_ > 0) throw std::logic_error("pipeline stage: W of micro-batch " + std::to_string(mb) + " before its B");
+  for_units_reversed([&](int u, int layer) { unit_backward_weight(s, u, layer); });
+  if (s.grads) s.grads->free = true;
+  s.grads = nullptr;
+  s.weights_done = true;
+  release_if_done(mb, s);
+}
+
+template <class T>
+void Stage<T>::backward_fused(int mb, double loss_scale) {
+  Slot& s = live(mb, "BW");
+  // W follows B unit by unit, so one unit's backward buffer is enough (the same operations as B then W).
+  for_units_reversed([&](int u, int layer) {
+    Carver<T> c{unit_grads_.data(), 0};
+    if (layer >= 0) s.layers[layer].carve_backward(c, dims_);
+    if (u == table_.head_unit()) s.head.carve_backward(c, dims_);
+    unit_backward_input(s, u, layer, loss_scale);
+    unit_backward_weight(s, u, layer);
+  });
   s.weights_done = true;
   release_if_done(mb, s);
 }
@@ -184,6 +248,8 @@ void Stage<T>::backward_weight(int mb) {
 template <class T>
 void Stage<T>::discard(int mb) {
   Slot& s = live(mb, "freeing the slot");
+  if (s.grads) s.grads->free = true;
+  s.grads = nullptr;
   s.weights_done = s.gradient_sent = true;
   release_if_done(mb, s);
 }

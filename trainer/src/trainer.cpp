@@ -114,7 +114,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
 template <class T>
 std::int64_t Trainer<T>::activation_bytes() const {
   std::int64_t n = ws_.bytes();
-  for (const auto& s : stages_) n += s->slot_bytes() * s->peak_slots();
+  for (const auto& s : stages_) n += s->allocated_bytes();
   return n;
 }
 

@@ -4,7 +4,8 @@
 // Step s takes a global batch of B sequences of S+1 tokens. Without shuffle, sequence i of step s
 // starts at token (s·B + i)·S (wrapping to the start when the file is used up); with shuffle, the
 // k-th sequence of an epoch is window perm_epoch(k) of a seeded permutation (counter-based, so every
-// rank computes the same one). Data-parallel rank r takes sequences [r·B/N, (r+1)·B/N).
+// rank computes the same one). Which global sequence index a (data-parallel rank, micro-batch, slot)
+// reads comes from mesh's batch geometry (BatchGeometry::sequence_index).
 #pragma once
 #include <cstdint>
 #include <exception>

@@ -48,13 +48,18 @@ struct DecoderActs {
   // B, for W: gathered output gradients of the two row-parallel projections, the MLP gate/up gradients,
   // q/k/v gradients after RoPE, and the gradients at the two norms' outputs.
   T *dmlp, *dgate, *dup, *dattn, *dq, *dk, *dv, *dxn2, *dxn1;
-  void carve(Carver<T>& c, const LayerDims& d);
+  // The two parts live in different buffers: the forward part from F until W, the backward part only
+  // from B until W (a schedule that runs W right after B needs one of those at a time).
+  void carve_forward(Carver<T>& c, const LayerDims& d);
+  void carve_backward(Carver<T>& c, const LayerDims& d);
 };
 
 template <class T>
 struct HeadActs {
-  T *xf_in, *rstd, *xf, *logits, *ce_max, *ce_sum, *ce_tgt, *ce_loss, *dxf;  // logits become dlogits in B
-  void carve(Carver<T>& c, const LayerDims& d);
+  T *xf_in, *rstd, *xf, *logits, *ce_max, *ce_sum, *ce_tgt, *ce_loss;  // logits become dlogits in B
+  T* dxf;  // backward part
+  void carve_forward(Carver<T>& c, const LayerDims& d);
+  void carve_backward(Carver<T>& c, const LayerDims& d);
 };
 
 // Scratch shared by every unit of a rank (nothing in it lives from one call to the next).

@@ -15,9 +15,11 @@ namespace meshrun::train {
 
 struct PipelineTiming {
   double wait_s = 0;                 // blocked in receives
-  double f_s = 0, b_s = 0, w_s = 0;  // inside forwards, input backwards, weight backwards (BW split in two)
+  double f_s = 0, b_s = 0, w_s = 0;  // inside forwards, input backwards (and fused BW), weight backwards
   int f = 0, b = 0, w = 0;           // how many of each ran
   double total_s = 0;                // the whole action list
+  // Per chunk (index = chunk; zero for chunks on other ranks): time in its F, B and W, for the simulator.
+  std::vector<double> chunk_f_s, chunk_b_s, chunk_w_s;
   double compute_s() const { return f_s + b_s + w_s; }
 };
 

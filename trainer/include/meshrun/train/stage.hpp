@@ -43,6 +43,7 @@ class Stage {
   double forward(int mb);          // Σ cross-entropy of the micro-batch on the last chunk, else 0
   void backward_input(int mb, double loss_scale);
   void backward_weight(int mb);    // gradients into the store; frees the slot
+  void backward_fused(int mb, double loss_scale);  // BW: B and W unit by unit, same numbers as B then W
   // A send from this slot (of its input gradient when `gradient`), completed before the slot is reused.
   void hold(int mb, Request send, bool gradient);
   void discard(int mb);            // forward only (evaluation): free the slot without a backward
@@ -50,11 +51,18 @@ class Stage {
 
   int live_slots() const { return static_cast<int>(live_.size()); }
   int peak_slots() const { return static_cast<int>(slots_.size()); }
-  std::int64_t slot_bytes() const;
+  // Bytes of every buffer allocated so far: activation slots (F until W) and backward buffers (B until W:
+  // one when every W follows its B, more when a schedule defers W).
+  std::int64_t allocated_bytes() const;
 
  private:
+  struct GradBuffer {
+    std::vector<T> flat;
+    bool free = true;
+  };
   struct Slot {
     std::vector<T> flat;
+    GradBuffer* grads = nullptr;  // taken at B, given back at W
     std::vector<std::int32_t> ids, targets;
     T *x = nullptr, *dy = nullptr;
     std::vector<DecoderActs<T>> layers;
@@ -66,6 +74,10 @@ class Stage {
   Slot& live(int mb, const char* what);
   void release_if_done(int mb, Slot& s);
   void carve(Slot& s);
+  void carve_backward(Slot& s);
+  void unit_backward_input(Slot& s, int unit, int layer, double loss_scale);
+  void unit_backward_weight(Slot& s, int unit, int layer);
+  template <class F> void for_units_reversed(F&& f);
 
   ChunkUnits units_;
   LayerDims dims_;
@@ -75,8 +87,10 @@ class Stage {
   LayerWorkspace<T>& ws_;
   const std::vector<std::int32_t>& pos_;
   int layer_count_ = 0;
-  std::int64_t slot_elems_ = 0;
+  std::int64_t slot_elems_ = 0, grad_elems_ = 0;
   std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<GradBuffer>> grad_buffers_;
+  std::vector<T> unit_grads_;  // one unit's backward part, for fused backwards
   std::map<int, Slot*> live_;
 };
 

@@ -74,7 +74,8 @@ class Trainer {
   MemoryReport memory() const { return store_.memory(); }
   const BatchGeometry& geometry() const { return geometry_; }
   const ScheduleTable& schedule() const { return schedule_; }
-  // Saved activations (every slot the stages allocated, at their peak) and the shared layer workspace.
+  // Saved activations (every slot and backward buffer the stages allocated, i.e. their peak) and the
+  // shared layer workspace.
   std::int64_t activation_bytes() const;
   // Units this rank holds (its pipeline chunks').
   bool holds(int unit) const { return store_.holds(unit); }
