@@ -91,6 +91,8 @@ std::vector<Field> make_schema() {
   add(field("parallel.sequence_parallel", &JobConfig::parallel, &LayoutSpec::sequence_parallel, V::boolean, "Megatron sequence parallelism"));
   add(choose(field("parallel.pipeline_schedule", &JobConfig::parallel, &LayoutSpec::pipeline_schedule, V::string, "pipeline schedule"),
              {"gpipe", "1f1b", "interleaved", "zb"}));
+  add(choose(field("parallel.cp_comm", &JobConfig::parallel, &LayoutSpec::cp_comm, V::string, "context-parallel attention: K/V ring or all-gather"),
+             {"ring", "allgather"}));
 
   add(at_least(field("training.seq_len", &JobConfig::training, &TrainingSpec::seq_len, V::integer, "tokens per sequence"), 1));
   add(at_least(field("training.global_batch_size", &JobConfig::training, &TrainingSpec::global_batch_size, V::integer, "sequences per step"), 1));

@@ -50,7 +50,7 @@ using namespace meshrun::train;
 namespace {
 
 // Fault injection for the negative tests (test-only decorator over a real communicator).
-enum class Fault { none, skip_tp_all_reduce, rotate_dp_all_gather, stage_skips_layer };
+enum class Fault { none, skip_tp_all_reduce, rotate_dp_all_gather, stage_skips_layer, contiguous_cp_split, ring_drops_block };
 
 class FaultyComm final : public ForwardingComm {
  public:
@@ -67,9 +67,29 @@ class FaultyComm final : public ForwardingComm {
     char* p = static_cast<char*>(r);
     std::rotate(p, p + bytes, p + bytes * size());
   }
+  // The first K/V block a rank receives around the CP ring arrives as zeros (a dropped block).
+  Request irecv(void* b, std::int64_t n, DType t, int peer, int tag) override {
+    Request r = inner().irecv(b, n, t, peer, tag);
+    if (f_ != Fault::ring_drops_block || ++recvs_ != 1) return r;
+    auto lost = std::make_unique<ZeroAfterWait>();
+    lost->inner = std::move(r);
+    lost->buf = b;
+    lost->bytes = static_cast<std::size_t>(n) * dtype_size(t);
+    return Request(std::move(lost));
+  }
 
  private:
+  struct ZeroAfterWait final : Request::Pending {
+    Request inner;
+    void* buf = nullptr;
+    std::size_t bytes = 0;
+    void wait() override {
+      inner.wait();
+      std::memset(buf, 0, bytes);
+    }
+  };
   Fault f_;
+  int recvs_ = 0;
 };
 
 struct Run {
@@ -77,6 +97,8 @@ struct Run {
   std::vector<std::pair<std::string, std::vector<double>>> params;  // fp32 values widened exactly
   std::vector<std::pair<std::string, std::vector<double>>> grads1;  // reduced gradient of step 1
   std::int64_t memory = 0;
+  std::int64_t saved_activations = 0;        // rank 0's stages: activation slots and backward buffers
+  std::vector<std::int64_t> attention_pairs;  // per rank of the layout (gathered on its rank 0)
 };
 
 struct Case {
@@ -86,7 +108,9 @@ struct Case {
   std::string order = "tp-cp-ep-dp-pp";
   int pp = 1, virtual_stages = 1;
   std::string schedule = "1f1b";
-  int ranks() const { return tp * dp * pp; }
+  int cp = 1;
+  std::string cp_comm = "ring";
+  int ranks() const { return tp * dp * pp * cp; }
   std::string str() const {
     char b[160];
     std::snprintf(b, sizeof b, "%s tp=%d dp=%d zero=%d sp=%s mbs=%d", fp64 ? "fp64" : "fp32", tp, dp, zero,
@@ -97,6 +121,7 @@ struct Case {
       out += b;
       if (virtual_stages > 1) out += " V=" + std::to_string(virtual_stages);
     }
+    if (cp > 1) out += " cp=" + std::to_string(cp) + " " + cp_comm;
     return out;
   }
 };
@@ -106,7 +131,9 @@ template <class T>
 Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::none) {
   cfg.training.micro_batch_size = c.mbs;
   cfg.parallel.pipeline_schedule = c.schedule;
+  cfg.parallel.cp_comm = c.cp_comm;
   Layout layout;
+  layout.cp = c.cp;
   layout.tp = c.tp;
   layout.dp = c.dp;
   layout.pp = c.pp;
@@ -127,14 +154,19 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
     auto& g = groups.by_kind[static_cast<int>(GroupKind::dp_cp)];
     g = std::make_unique<FaultyComm>(std::move(g), fault);
   }
+  if (fault == Fault::ring_drops_block) {
+    auto& g = groups.by_kind[static_cast<int>(GroupKind::cp)];
+    g = std::make_unique<FaultyComm>(std::move(g), fault);
+  }
   const TokenFile file(cfg.data.path, cfg.data.token_dtype, cfg.model.vocab, cfg.training.seq_len,
                        cfg.training.global_batch_size);
   const BatchSchedule sched(file, cfg.training.seq_len, cfg.training.global_batch_size, cfg.data.shuffle,
                             cfg.training.seed);
-  typename Trainer<T>::ChunkEdit edit;
+  typename Trainer<T>::TestFaults faults;
   if (fault == Fault::stage_skips_layer)  // the second chunk forgets its first decoder layer
-    edit = [](std::vector<ChunkUnits>& chunks) { chunks.at(1).units.erase(chunks.at(1).units.begin()); };
-  Trainer<T> t(cfg, grid, rank, groups, edit);
+    faults.edit_chunks = [](std::vector<ChunkUnits>& chunks) { chunks.at(1).units.erase(chunks.at(1).units.begin()); };
+  faults.contiguous_cp_tokens = fault == Fault::contiguous_cp_split;
+  Trainer<T> t(cfg, grid, rank, groups, faults);
   t.init_params();
   Run r;
   for (int s = 0; s < cfg.training.steps; ++s) {
@@ -146,6 +178,15 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
   }
   for (auto& [name, v] : t.gather_params()) r.params.emplace_back(name, std::vector<double>(v.begin(), v.end()));
   r.memory = t.memory().total();
+  r.saved_activations = t.saved_activation_bytes();
+  std::int64_t pairs = t.attention_pairs();
+  int size = 1;
+  if (comm != MPI_COMM_NULL) MPI_Comm_size(comm, &size);
+  r.attention_pairs.resize(static_cast<std::size_t>(size));
+  if (comm != MPI_COMM_NULL)
+    MPI_Gather(&pairs, 1, MPI_INT64_T, r.attention_pairs.data(), 1, MPI_INT64_T, 0, comm);
+  else
+    r.attention_pairs[0] = pairs;
   return r;
 }
 
@@ -223,10 +264,10 @@ int main(int argc, char** argv) {
   rep.rank = rank;
   const int B = cfg.training.global_batch_size;
 
-  // Single-process references by (model, micro-batch size, fp64); rank 0 only, no communication.
-  std::map<std::tuple<int, int, bool>, Run> serial;
+  // Single-process references by (layers, sequence length, micro-batch size, fp64); rank 0 only.
+  std::map<std::tuple<int, int, int, bool>, Run> serial;
   auto reference_of = [&](const JobConfig& jc, int mbs, bool fp64) -> const Run& {
-    const auto key = std::make_tuple(jc.model.layers, mbs, fp64);
+    const auto key = std::make_tuple(jc.model.layers, jc.training.seq_len, mbs, fp64);
     if (!serial.count(key)) {
       const Case c{1, 1, 0, mbs, false, fp64};
       serial[key] = fp64 ? train_run<double>(jc, c, MPI_COMM_NULL) : train_run<float>(jc, c, MPI_COMM_NULL);
@@ -379,6 +420,93 @@ int main(int argc, char** argv) {
       rep.check("NEGATIVE pp=2, stage 1 skips a layer", compare(skipped, reference_of(cfg8, 1, false)), true, kFp32, true);
       rep.check("NEGATIVE same skipped layer, judged by tolerance", compare(skipped, reference_of(cfg8, 1, false)),
                 false, kFp32, true);
+    }
+  }
+
+  // Context parallelism, on 16-token sequences (cp = 4: 8 zigzag chunks of 2 tokens). The CP ranks attend
+  // their queries block by block and merge partial results through the log-sum-exp, a different summation
+  // order from the single process's one pass over all keys, so every comparison is within the bounds (fp32
+  // 1e-6, fp64 1e-12), none bit-exact. Ring and all-gather compute the same blocks in the same merge order,
+  // so their step-1 losses (forward only) are identical bits; their dK/dV sums differ in order.
+  JobConfig cfg16 = cfg;
+  cfg16.training.seq_len = 16;
+  struct CpCase {
+    int cp, tp, dp, zero, pp;
+    bool sp;
+  };
+  const CpCase cps[] = {{2, 1, 1, 0, 1, false}, {4, 1, 1, 0, 1, false}, {2, 2, 1, 0, 1, false}, {2, 2, 1, 0, 1, true},
+                        {4, 2, 1, 0, 1, true},  {2, 1, 2, 1, 1, false}, {2, 1, 2, 3, 1, false}, {2, 1, 1, 0, 2, false},
+                        {2, 2, 2, 1, 1, true},  {2, 2, 1, 0, 2, false}};
+  for (const CpCase& cc : cps)
+    for (const char* mode : {"ring", "allgather"})
+      for (int fp64 = 0; fp64 <= 1; ++fp64) {
+        Case c{cc.tp, cc.dp, cc.zero, 1, cc.sp, fp64 == 1};
+        c.cp = cc.cp;
+        c.cp_comm = mode;
+        c.pp = cc.pp;
+        if (c.ranks() > world) {
+          if (rank == 0) std::printf("skip %s: needs %d ranks, have %d\n", c.str().c_str(), c.ranks(), world);
+          continue;
+        }
+        const Run r = run_cfg(cfg16, c);
+        if (rank != 0) continue;
+        rep.check(c.str() + " vs 1 process", compare(r, reference_of(cfg16, 1, fp64 == 1)), false, fp64 ? kFp64 : kFp32);
+        if (cc.tp == 1 && cc.dp == 1 && cc.pp == 1 && !fp64) {
+          // Zigzag balance, from the runtime's own counter of visible (query, key) pairs.
+          const auto& pr = r.attention_pairs;
+          const bool equal = std::all_of(pr.begin(), pr.end(), [&](std::int64_t x) { return x == pr[0]; });
+          const auto naive = causal_pairs_per_rank(16, cc.cp, false);
+          ++rep.checks;
+          if (!equal) ++rep.failures;
+          std::printf("%-4s cp=%d %s: attention pairs per rank equal with zigzag (%lld each); a contiguous split "
+                      "would give max/min = %.1f\n", equal ? "ok" : "FAIL", cc.cp, mode, (long long)pr[0],
+                      double(*std::max_element(naive.begin(), naive.end())) / double(*std::min_element(naive.begin(), naive.end())));
+        }
+      }
+  // Ring and all-gather: identical forward, so identical step-1 loss bits.
+  if (world >= 4) {
+    Case a{1, 1, 0, 1, false, false};
+    a.cp = 4;
+    Case b = a;
+    b.cp_comm = "allgather";
+    const Run ra = run_cfg(cfg16, a), rb = run_cfg(cfg16, b);
+    if (rank == 0) {
+      const bool same = std::memcmp(&ra.losses[0], &rb.losses[0], sizeof(double)) == 0;
+      ++rep.checks;
+      if (!same) ++rep.failures;
+      std::printf("%-4s cp=4 ring and allgather give the same step-1 loss bits (%.17g)\n", same ? "ok" : "FAIL", ra.losses[0]);
+    }
+  }
+  // Saved activations per rank drop as 1/cp (every saved tensor is per row), from the trainer's accounting.
+  if (world >= 4) {
+    std::vector<std::int64_t> saved;
+    for (int cpn : {1, 2, 4})
+      for (const char* mode : {"ring", "allgather"}) {
+        Case c{1, 1, 0, 1, false, false};
+        c.cp = cpn;
+        c.cp_comm = mode;
+        const Run r = run_cfg(cfg16, c);
+        if (rank == 0) saved.push_back(r.saved_activations);
+      }
+    if (rank == 0) {
+      const bool ok = saved[2] * 2 == saved[0] && saved[4] * 4 == saved[0] && saved[3] == saved[2] && saved[5] == saved[4];
+      ++rep.checks;
+      if (!ok) ++rep.failures;
+      std::printf("%-4s saved activations per rank, cp = 1, 2, 4 (ring; allgather): %lld, %lld, %lld; %lld, %lld bytes\n",
+                  ok ? "ok" : "FAIL", (long long)saved[0], (long long)saved[2], (long long)saved[4], (long long)saved[3],
+                  (long long)saved[5]);
+    }
+  }
+  // Negative: a contiguous token split attended with zigzag positions, and a ring that loses a K/V block.
+  if (world >= 2) {
+    Case c{1, 1, 0, 1, false, false};
+    c.cp = 2;
+    const Run split = run_cfg(cfg16, c, Fault::contiguous_cp_split);
+    const Run dropped = run_cfg(cfg16, c, Fault::ring_drops_block);
+    if (rank == 0) {
+      rep.check("NEGATIVE cp=2, contiguous tokens with zigzag positions", compare(split, reference_of(cfg16, 1, false)),
+                false, kFp32, true);
+      rep.check("NEGATIVE cp=2 ring, one K/V block lost", compare(dropped, reference_of(cfg16, 1, false)), false, kFp32, true);
     }
   }
 

@@ -49,7 +49,16 @@ struct Setup {
   LayerWorkspace<double> ws;
   std::vector<std::int32_t> pos{0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
   // The whole model as one pipeline chunk (embedding, both layers, head).
-  Stage<double> stage{chunk_units(table, {spec.layers}).front(), dims, tpc, table, store, ws, pos};
+  ContextParallel<double> cpc = [this] {
+    ContextParallel<double> c;  // a group of one: plain causal attention
+    c.seq = S;
+    c.mbs = mbs;
+    c.hq = dims.hq;
+    c.hkv = dims.hkv;
+    c.dh = dims.dh;
+    return c;
+  }();
+  Stage<double> stage{chunk_units(table, {spec.layers}).front(), dims, tpc, cpc, table, store, ws, pos};
   std::vector<std::int32_t> ids{1, 5, 3, 9, 0, 7, 7, 2, 10, 4};
   std::vector<std::int32_t> tgt{5, 3, 9, 0, 6, 7, 2, 10, 4, 8};
   double scale = 1.0 / (S * mbs);

@@ -111,6 +111,15 @@ void BatchSchedule::sequence(std::int64_t index, std::int32_t* ids, std::int32_t
   }
 }
 
+void BatchSchedule::tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
+                           std::int32_t* targets) const {
+  const std::int64_t s = window_start(index);
+  for (std::int64_t i = 0; i < count; ++i) {
+    ids[i] = file_.at(s + positions[i]);
+    targets[i] = file_.at(s + positions[i] + 1);
+  }
+}
+
 std::int64_t tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_path,
                             const std::string& token_dtype) {
   namespace fs = std::filesystem;

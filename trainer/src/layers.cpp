@@ -88,9 +88,10 @@ void embedding_backward_weight(const LayerDims& d, const TensorParallel& tp, con
 // ---- decoder layer -----------------------------------------------------------------------------------
 
 template <class T>
-void decoder_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
-                     DecoderActs<T>& a, T* x, const std::int32_t* pos, LayerWorkspace<T>& ws) {
-  const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh, S = d.seq;
+void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
+                     const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* x, const std::int32_t* pos,
+                     LayerWorkspace<T>& ws) {
+  const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh;
   std::copy(x, x + nl * h, a.x_in);
   kc::rmsnorm_forward(a.xn1, a.rstd1, a.x_in, w + ts[kLn1].offset, nl, h, d.norm_eps);
   const T* xn1 = tp.full_rows(a.xn1, ws.xn_full.data());
@@ -99,11 +100,7 @@ void decoder_forward(const LayerDims& d, const TensorParallel& tp, const std::ve
   kc::linear_forward(a.v, xn1, w + ts[kV].offset, n, h, d.hkv * dh);
   kc::rope_forward(a.q, pos, n, d.hq, dh, d.rope_theta);
   kc::rope_forward(a.k, pos, n, d.hkv, dh, d.rope_theta);
-  const kc::AttentionDims ad{S, S, d.hq, d.hkv, dh};
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  for (std::int64_t b = 0; b < d.mbs; ++b)
-    kc::attention_forward(a.att + b * S * d.hq * dh, a.lse + b * S * d.hq, a.q + b * S * d.hq * dh,
-                          a.k + b * S * d.hkv * dh, a.v + b * S * d.hkv * dh, pos + b * S, pos + b * S, ad, scale);
+  cp_attention_forward(cp, a.att, a.lse, a.q, a.k, a.v, pos, 1.0 / std::sqrt(static_cast<double>(dh)));
   kc::linear_forward(ws.nh_full.data(), a.att, w + ts[kO].offset, n, d.hq * dh, h);
   tp.reduce_rows(ws.nh_full.data(), ws.nh.data());
   for (std::int64_t i = 0; i < nl * h; ++i) a.x2[i] = a.x_in[i] + ws.nh[i];
@@ -118,9 +115,10 @@ void decoder_forward(const LayerDims& d, const TensorParallel& tp, const std::ve
 }
 
 template <class T>
-void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts,
-                            const T* w, DecoderActs<T>& a, T* dy, const std::int32_t* pos, LayerWorkspace<T>& ws) {
-  const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh, S = d.seq;
+void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
+                            const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* dy,
+                            const std::int32_t* pos, LayerWorkspace<T>& ws) {
+  const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh;
   // MLP branch.
   tp.gather_rows(dy, a.dmlp);
   kc::linear_backward_input(ws.ff.data(), a.dmlp, w + ts[kDown].offset, n, d.ffn, h);
@@ -135,13 +133,8 @@ void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, const 
   std::fill(a.dq, a.dq + n * d.hq * dh, T(0));
   std::fill(a.dk, a.dk + n * d.hkv * dh, T(0));
   std::fill(a.dv, a.dv + n * d.hkv * dh, T(0));
-  const kc::AttentionDims ad{S, S, d.hq, d.hkv, dh};
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  for (std::int64_t b = 0; b < d.mbs; ++b) {
-    const std::int64_t oq = b * S * d.hq * dh, okv = b * S * d.hkv * dh;
-    kc::attention_backward(a.dq + oq, a.dk + okv, a.dv + okv, ws.att.data() + oq, a.att + oq, a.lse + b * S * d.hq,
-                           a.q + oq, a.k + okv, a.v + okv, pos + b * S, pos + b * S, ad, scale);
-  }
+  cp_attention_backward(cp, a.dq, a.dk, a.dv, ws.att.data(), a.att, a.lse, a.q, a.k, a.v, pos,
+                        1.0 / std::sqrt(static_cast<double>(dh)));
   kc::rope_backward(a.dq, pos, n, d.hq, dh, d.rope_theta);
   kc::rope_backward(a.dk, pos, n, d.hkv, dh, d.rope_theta);
   kc::linear_backward_input(ws.nh_full.data(), a.dq, w + ts[kQ].offset, n, h, d.hq * dh);
@@ -223,10 +216,12 @@ void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const st
   template void embedding_backward_weight<T>(const LayerDims&, const TensorParallel&,                              \
                                              const std::vector<TensorSlot>&, T*, const std::int32_t*, const T*,    \
                                              LayerWorkspace<T>&);                                                  \
-  template void decoder_forward<T>(const LayerDims&, const TensorParallel&, const std::vector<TensorSlot>&,        \
-                                   const T*, DecoderActs<T>&, T*, const std::int32_t*, LayerWorkspace<T>&);        \
-  template void decoder_backward_input<T>(const LayerDims&, const TensorParallel&, const std::vector<TensorSlot>&, \
-                                          const T*, DecoderActs<T>&, T*, const std::int32_t*, LayerWorkspace<T>&); \
+  template void decoder_forward<T>(const LayerDims&, const TensorParallel&, ContextParallel<T>&,                   \
+                                   const std::vector<TensorSlot>&, const T*, DecoderActs<T>&, T*,                  \
+                                   const std::int32_t*, LayerWorkspace<T>&);                                      \
+  template void decoder_backward_input<T>(const LayerDims&, const TensorParallel&, ContextParallel<T>&,            \
+                                          const std::vector<TensorSlot>&, const T*, DecoderActs<T>&, T*,           \
+                                          const std::int32_t*, LayerWorkspace<T>&);                               \
   template void decoder_backward_weight<T>(const LayerDims&, const TensorParallel&,                                \
                                            const std::vector<TensorSlot>&, T*, DecoderActs<T>&,                    \
                                            LayerWorkspace<T>&);                                                    \

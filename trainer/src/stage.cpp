@@ -27,9 +27,10 @@ std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<i
 }
 
 template <class T>
-Stage<T>::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, const ParamTable& table,
-                ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos)
-    : units_(std::move(units)), dims_(dims), tp_(tp), table_(table), store_(store), ws_(ws), pos_(pos) {
+Stage<T>::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
+                const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws,
+                const std::vector<std::int32_t>& pos)
+    : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), ws_(ws), pos_(pos) {
   for (int u : units_.units)
     if (u != table_.embed_unit() && u != table_.head_unit()) ++layer_count_;
   Slot probe;
@@ -153,7 +154,7 @@ double Stage<T>::forward(int mb) {
     } else if (u == table_.head_unit()) {
       loss = head_forward(dims_, tp_, ts, w, s.head, s.x, s.targets.data(), ws_);
     } else {
-      decoder_forward(dims_, tp_, ts, w, s.layers[l++], s.x, pos, ws_);
+      decoder_forward(dims_, tp_, cp_, ts, w, s.layers[l++], s.x, pos, ws_);
     }
     store_.release(u);
   }
@@ -168,7 +169,7 @@ void Stage<T>::unit_backward_input(Slot& s, int u, int layer, double loss_scale)
   if (u == table_.head_unit()) {
     head_backward_input(dims_, tp_, ts, w, s.head, s.targets.data(), loss_scale, s.dy, ws_);
   } else {
-    decoder_backward_input(dims_, tp_, ts, w, s.layers[layer], s.dy, pos_.data(), ws_);
+    decoder_backward_input(dims_, tp_, cp_, ts, w, s.layers[layer], s.dy, pos_.data(), ws_);
   }
   store_.release(u);
 }

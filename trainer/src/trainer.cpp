@@ -21,7 +21,8 @@ double lr_at(const TrainingSpec& t, int s) {
 std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
   const auto& t = cfg.training;
   const auto& m = cfg.model;
-  if (layout.cp != 1) return "parallel.cp = " + std::to_string(layout.cp) + ": the bundled trainer does not run context parallelism yet; set parallel.cp = 1";
+  if (cfg.parallel.cp_comm != "ring" && cfg.parallel.cp_comm != "allgather")
+    return "parallel.cp_comm = \"" + cfg.parallel.cp_comm + "\" is unknown; use \"ring\" or \"allgather\"";
   if (layout.ep != 1 || m.experts > 0) return "mixture-of-experts models (model.experts, parallel.ep) are not in the bundled trainer yet; use a dense model";
   if (m.mlp != "swiglu") return "model.mlp = \"" + m.mlp + "\": the bundled trainer builds the Llama SwiGLU MLP; set model.mlp = \"swiglu\"";
   if (m.tied_embeddings) return "model.tied_embeddings = true is not supported (Llama's lm_head is untied); set it to false";
@@ -71,7 +72,7 @@ std::vector<Comm*> Trainer<T>::unit_groups() const {
 
 template <class T>
 Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups,
-                    const ChunkEdit& edit_chunks)
+                    const TestFaults& faults)
     : cfg_(cfg),
       grid_(grid),
       coord_(grid.coords(rank)),
@@ -85,7 +86,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       unit_owner_(table_.units.size(), 0),
       store_(table_, grid.layout().zero_stage,
              [&] {
-               if (edit_chunks) edit_chunks(chunks_);
+               if (faults.edit_chunks) faults.edit_chunks(chunks_);
                for (const ChunkUnits& c : chunks_)
                  for (int u : c.units) unit_owner_[u] = chunk_rank(c.chunk, grid.layout().pp);
                return unit_groups();
@@ -96,11 +97,28 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   ws_.resize(dims_, tpctx_.gathers());
   const std::vector<std::int32_t> seq_pos = geometry_.cp_positions(coord_.cp);
   for (std::int64_t b = 0; b < geometry_.micro_batch_size; ++b) pos_.insert(pos_.end(), seq_pos.begin(), seq_pos.end());
+  read_pos_ = seq_pos;
+  if (faults.contiguous_cp_tokens)
+    for (std::int64_t i = 0; i < geometry_.tokens_per_cp_rank; ++i)
+      read_pos_[i] = static_cast<std::int32_t>(coord_.cp * geometry_.tokens_per_cp_rank + i);
+  // Context parallelism: the CP group, its ring neighbours from mesh, every CP rank's positions.
+  cpctx_.cp = &groups[GroupKind::cp];
+  cpctx_.mode = cfg.parallel.cp_comm == "allgather" ? CpComm::allgather : CpComm::ring;
+  const auto cp_peers = grid.ring_peers(rank, Axis::cp);
+  cpctx_.prev = grid.index_in_group(cp_peers.prev, GroupKind::cp);
+  cpctx_.next = grid.index_in_group(cp_peers.next, GroupKind::cp);
+  for (int r = 0; r < l.cp; ++r) cpctx_.pos.push_back(geometry_.cp_positions(r));
+  cpctx_.seq = geometry_.tokens_per_cp_rank;
+  cpctx_.mbs = geometry_.micro_batch_size;
+  cpctx_.hq = dims_.hq;
+  cpctx_.hkv = dims_.hkv;
+  cpctx_.dh = dims_.dh;
+  cpctx_.resize();
   const int nchunks = l.pp * l.virtual_stages;
   std::vector<Stage<T>*> by_chunk(static_cast<std::size_t>(nchunks), nullptr);
   for (const ChunkUnits& c : chunks_) {
     if (chunk_rank(c.chunk, l.pp) != coord_.pp) continue;
-    stages_.push_back(std::make_unique<Stage<T>>(c, dims_, tpctx_, table_, store_, ws_, pos_));
+    stages_.push_back(std::make_unique<Stage<T>>(c, dims_, tpctx_, cpctx_, table_, store_, ws_, pos_));
     by_chunk[c.chunk] = stages_.back().get();
   }
   if (const std::string why = check_schedule_spec(schedule_spec(cfg, l, geometry_)); !why.empty())
@@ -114,6 +132,16 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
 template <class T>
 std::int64_t Trainer<T>::activation_bytes() const {
   std::int64_t n = ws_.bytes();
+  for (const std::vector<T>* v : {&cpctx_.kv_send, &cpctx_.kv_recv, &cpctx_.kv_all, &cpctx_.dkv_send, &cpctx_.dkv_recv,
+                                  &cpctx_.dkv_all, &cpctx_.part_out, &cpctx_.part_lse})
+    n += static_cast<std::int64_t>(v->size() * sizeof(T));
+  for (const auto& s : stages_) n += s->allocated_bytes();
+  return n;
+}
+
+template <class T>
+std::int64_t Trainer<T>::saved_activation_bytes() const {
+  std::int64_t n = 0;
   for (const auto& s : stages_) n += s->allocated_bytes();
   return n;
 }
@@ -220,12 +248,12 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   const TrainingSpec& tr = cfg_.training;
   const BatchGeometry& g = geometry_;
   const double inv_tokens = loss_normalizer(tr);
-  const std::int64_t S = g.seq_len;
+  const std::int64_t S = g.seq_len, Sl = g.tokens_per_cp_rank;
 
-  // Micro-batch j of this data-parallel rank: its sequences' tokens (whole sequences while cp = 1).
+  // Micro-batch j of this data-parallel rank: of each of its sequences, the tokens of this CP rank.
   auto load = [&](int j, std::int32_t* mb_ids, std::int32_t* mb_targets) {
     for (std::int64_t b = 0; b < g.micro_batch_size; ++b)
-      data.sequence(g.sequence_index(s, coord_.dp, j, b), mb_ids + b * S, mb_targets + b * S);
+      data.tokens(g.sequence_index(s, coord_.dp, j, b), read_pos_.data(), Sl, mb_ids + b * Sl, mb_targets + b * Sl);
   };
 
   StepStats st;

@@ -40,6 +40,7 @@ struct LayoutSpec {
   int zero_stage = 0;        // 0..3
   bool sequence_parallel = false;
   std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb
+  std::string cp_comm = "ring";            // context-parallel attention: ring | allgather (Llama 3's)
 };
 
 struct ClusterSpec {

@@ -51,6 +51,10 @@ class BatchSchedule {
   std::int64_t window_start(std::int64_t index) const;
   // ids[0..S) and targets[0..S) of global sequence `index`.
   void sequence(std::int64_t index, std::int32_t* ids, std::int32_t* targets) const;
+  // Only the tokens at `positions` (within the sequence, each < S) of global sequence `index`: what a
+  // context-parallel rank reads.
+  void tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
+              std::int32_t* targets) const;
 
  private:
   const TokenFile& file_;

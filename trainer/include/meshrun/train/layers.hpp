@@ -11,6 +11,7 @@
 
 #include "meshrun/geometry.hpp"
 #include "meshrun/job.hpp"
+#include "meshrun/train/context_parallel.hpp"
 #include "meshrun/train/params.hpp"
 #include "meshrun/train/tensor_parallel.hpp"
 
@@ -81,14 +82,17 @@ void embedding_backward_weight(const LayerDims& d, const TensorParallel& tp, con
                                T* dw, const std::int32_t* ids, const T* dx, LayerWorkspace<T>& ws);
 
 // ---- decoder layer -----------------------------------------------------------------------------------
-// x[nl, h] in place: input -> output. pos[n]: global positions of the rows.
+// x[nl, h] in place: input -> output. pos[n]: global positions of the rows. Attention goes through the
+// context-parallel module (plain causal attention when cp = 1).
 template <class T>
-void decoder_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
-                     DecoderActs<T>& a, T* x, const std::int32_t* pos, LayerWorkspace<T>& ws);
+void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
+                     const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* x, const std::int32_t* pos,
+                     LayerWorkspace<T>& ws);
 // dy[nl, h] in place: gradient at the output -> gradient at the input.
 template <class T>
-void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts,
-                            const T* w, DecoderActs<T>& a, T* dy, const std::int32_t* pos, LayerWorkspace<T>& ws);
+void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
+                            const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* dy,
+                            const std::int32_t* pos, LayerWorkspace<T>& ws);
 template <class T>
 void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
                              DecoderActs<T>& a, LayerWorkspace<T>& ws);

@@ -29,8 +29,8 @@ template <class T>
 class Stage {
  public:
   // pos: global positions of the micro-batch's rows [n] (sequences back to back).
-  Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, const ParamTable& table,
-        ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos);
+  Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
+        const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos);
 
   const ChunkUnits& units() const { return units_; }
   // Buffers of micro-batch mb's slot (taken on first use):
@@ -82,6 +82,7 @@ class Stage {
   ChunkUnits units_;
   LayerDims dims_;
   TensorParallel tp_;
+  ContextParallel<T>& cp_;
   const ParamTable& table_;
   ParamStore<T>& store_;
   LayerWorkspace<T>& ws_;

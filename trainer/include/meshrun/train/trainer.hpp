@@ -54,11 +54,13 @@ ScheduleSpec schedule_spec(const JobConfig& cfg, const Layout& layout, const Bat
 template <class T>
 class Trainer {
  public:
+  // Faults the equivalence tests inject to show that they catch them (never set outside tests).
+  struct TestFaults {
+    std::function<void(std::vector<ChunkUnits>&)> edit_chunks;  // e.g. a stage that skips a layer
+    bool contiguous_cp_tokens = false;  // CP rank r reads tokens [r·S/cp, …) but attends with zigzag positions
+  };
   // rank: this process's rank in `grid`; groups: its communicators (make_mpi_groups).
-  // edit_chunks (tests only): changes the chunk → units split before the stages are built, to show that
-  // the equivalence tests catch a stage that skips a layer.
-  using ChunkEdit = std::function<void(std::vector<ChunkUnits>&)>;
-  Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups, const ChunkEdit& edit_chunks = {});
+  Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups, const TestFaults& faults = {});
 
   void init_params();                       // layout-independent, from training.seed
   void load(const std::string& path);       // Hugging Face names and shapes; every rank reads the file
@@ -77,8 +79,12 @@ class Trainer {
   // Saved activations (every slot and backward buffer the stages allocated, i.e. their peak) and the
   // shared layer workspace.
   std::int64_t activation_bytes() const;
+  // Of that, what the stages save between passes (activation slots and backward buffers).
+  std::int64_t saved_activation_bytes() const;
   // Units this rank holds (its pipeline chunks').
   bool holds(int unit) const { return store_.holds(unit); }
+  // Visible causal (query, key) pairs this rank's attention computed so far (the CP load-balance counter).
+  std::int64_t attention_pairs() const { return cpctx_.pairs; }
 
  private:
   // Per-unit flat local buffers of the held units -> every tensor in its global shape, on every rank
@@ -101,7 +107,9 @@ class Trainer {
   LayerDims dims_;
   TensorParallel tpctx_;
   LayerWorkspace<T> ws_;
-  std::vector<std::int32_t> pos_;
+  ContextParallel<T> cpctx_;
+  std::vector<std::int32_t> pos_;        // global positions of a micro-batch's rows on this rank
+  std::vector<std::int32_t> read_pos_;   // positions of one sequence this rank reads (= pos_'s unless a test fault)
   std::vector<std::unique_ptr<Stage<T>>> stages_;
   ScheduleTable schedule_;
   std::unique_ptr<PipelineRuntime<T>> runtime_;
