@@ -90,15 +90,17 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
                                  "; expert parallelism folds into the data/context ranks of a stage: use ep in {" +
                                  divisors(int64_t(l.dp) * l.cp, 1 << 20) + "}"});
 
-  check("seq-cp");
-  if (l.cp > 1 && t.seq_len % (2 * l.cp) != 0)
-    p.push_back({"seq-cp", "training.seq_len=" + s(t.seq_len) + " is not divisible by 2·cp = " + s(2 * l.cp) +
-                               "; the load-balanced causal split gives each CP rank two chunks: use a multiple of " +
-                               s(2 * l.cp)});
-  check("seq-sp");
-  if (l.sequence_parallel && l.tp > 1 && (t.seq_len / l.cp) % l.tp != 0)
-    p.push_back({"seq-sp", "sequence parallelism splits the " + s(t.seq_len / l.cp) + " tokens of each CP rank over tp=" +
-                               s(l.tp) + "; use a seq_len divisible by cp·tp = " + s(int64_t(l.cp) * l.tp)});
+  // Batch, sequence and sequence-parallel splits: mesh's one batch geometry (geometry.hpp), also read by the
+  // planner and the trainer.
+  std::vector<Problem> batch_problems;
+  const auto geometry = batch_geometry(t, l, &batch_problems);
+  auto report = [&](const char* id) {
+    check(id);
+    for (const Problem& b : batch_problems)
+      if (b.check == id) p.push_back(b);
+  };
+  report("seq-cp");
+  report("seq-sp");
 
   check("tp-nvlink");
   int domain = cluster.nvlink_domain_gpus;
@@ -118,11 +120,7 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
                                   ", so some TP groups would straddle two nodes; use tp in {" +
                                   divisors(cluster.gpus_per_node, 64) + "}"});
 
-  check("batch-dp");
-  // The batch split is mesh's one batch geometry (geometry.hpp), also read by the planner and the trainer.
-  std::string batch_problem;
-  const auto geometry = t.seq_len >= 1 ? batch_geometry(t, l, &batch_problem) : std::nullopt;
-  if (t.seq_len >= 1 && !geometry) p.push_back({"batch-dp", batch_problem});
+  report("batch-dp");
   // The pipeline schedule rule is check_schedule_spec's, shared with the generators and the planner. Without a
   // valid batch split it still checks schedule against virtual stages (with m = pp, which the rest accepts).
   const int64_t micro = geometry ? geometry->microbatches : l.pp;
@@ -142,8 +140,6 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
     }
     if (!why.empty()) p.push_back({id, why});
   }
-  if (t.seq_len < 1)
-    p.push_back({"seq-cp", "training.seq_len=" + s(t.seq_len) + " must be positive; set the tokens per sequence"});
   return p;
 }
 

@@ -81,13 +81,19 @@ TEST_CASE("sequence parallelism splits a micro-batch's rows over tp", "[geometry
   l.tp = 4;
   l.sequence_parallel = true;
   std::string err;
-  auto g = batch_geometry(training(8, 2, 6), l, &err);  // 12 rows over 4 ranks
+  auto g = batch_geometry(training(8, 2, 8), l, &err);  // 16 rows over 4 ranks
   REQUIRE(g);
-  CHECK(g->rows_per_microbatch == 12);
-  CHECK(g->rows_per_sp_rank == 3);
-  g = batch_geometry(training(8, 1, 6), l, &err);  // 6 rows over 4
+  CHECK(g->rows_per_microbatch == 16);
+  CHECK(g->rows_per_sp_rank == 4);
+  // Megatron's rule, per sequence: each CP rank's S/cp tokens split over tp (not just a micro-batch's rows).
+  g = batch_geometry(training(8, 2, 6), l, &err);  // 12 rows would split, 6 tokens per sequence do not
   CHECK_FALSE(g);
-  CHECK(err.find("divisible by tp=4") != std::string::npos);
+  CHECK(err.find("over tp=4") != std::string::npos);
+  std::vector<Problem> all;
+  CHECK_FALSE(batch_geometry(training(7, 2, 6), l, &all));  // two problems at once, each with its check id
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].check == "batch-dp");
+  CHECK(all[1].check == "seq-sp");
   l.sequence_parallel = false;
   g = batch_geometry(training(8, 1, 6), l, &err);
   REQUIRE(g);

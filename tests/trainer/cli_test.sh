@@ -59,6 +59,17 @@ expect 0 "pipeline interleaved, 2 stages × 2 virtual" "tiny.toml trains interle
 if diff <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/il.jsonl") <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/flat.jsonl") >/dev/null;
 then pass "interleaved losses equal pp = 1 losses"; else bad "interleaved losses differ from pp = 1"; fi
 
+# 2c. Context parallelism: TP 2 x CP 2 on 256-token sequences (ring attention); the loss falls.
+expect 0 "step    10/10" "tiny.toml trains with cp = 2, seq_len 256" -- "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" \
+  --set parallel.cp=2 --set training.seq_len=256 --set data.path="$DIR/corpus.bin" --set training.steps=10 \
+  --metrics "$DIR/cp.jsonl"
+cf=$(head -1 "$DIR/cp.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+cl=$(tail -1 "$DIR/cp.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+if awk -v a="$cf" -v b="$cl" 'BEGIN { exit !(b < a - 1.0) }'; then pass "cp = 2: loss falls visibly ($cf -> $cl)";
+else bad "cp = 2: loss did not fall by 1.0 ($cf -> $cl)"; fi
+expect 2 "2·cp = 4" "a seq_len the zigzag split cannot cut is refused" -- "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" \
+  --set parallel.cp=2 --set training.seq_len=250 --set data.path="$DIR/corpus.bin"
+
 # 3. Bad input: one line, exit 2.
 expect 2 "needs 4 ranks but MPI started 2" "world size differs from the layout" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" \
   --set parallel.tp=2 --set parallel.dp=2 --set data.path="$DIR/corpus.bin"

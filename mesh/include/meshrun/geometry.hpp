@@ -38,9 +38,13 @@ struct BatchGeometry {
   std::vector<std::int32_t> cp_positions(int cp_rank) const;
 };
 
-// The geometry of a training setup on a layout, or nullopt with one "<problem>; <fix>" line in *error
-// (non-positive sizes, B not a multiple of DP·micro_batch_size, S not a multiple of 2·CP when CP > 1, a
-// micro-batch's rows not divisible by TP under sequence parallelism).
+// The geometry of a training setup on a layout, or nullopt with every problem appended to *problems, each
+// "<problem>; <fix>" with the check id mesh's validation reports: batch-dp (non-positive sizes, B not a
+// multiple of DP·micro_batch_size), seq-cp (S not a multiple of 2·CP when CP > 1), seq-sp (a CP rank's
+// S/CP tokens not divisible by TP under sequence parallelism).
+std::optional<BatchGeometry> batch_geometry(const TrainingSpec& training, const Layout& layout,
+                                            std::vector<Problem>* problems);
+// The same with the first problem's line in *error.
 std::optional<BatchGeometry> batch_geometry(const TrainingSpec& training, const Layout& layout, std::string* error);
 
 }  // namespace meshrun
