@@ -128,7 +128,7 @@ std::vector<Field> make_schema() {
   add(choose(field("site.nccl", &JobConfig::site, &SiteSpec::nccl, V::string, "site: NCCL variables from the topology"), {"auto", "off"}));
   add(field("site.allow_env", &JobConfig::site, &SiteSpec::allow_env, V::string, "site: extra [env] names a template may set"));
   add(field("site.socket_ifname", &JobConfig::site, &SiteSpec::socket_ifname, V::string, "site: NCCL_SOCKET_IFNAME"));
-  add(choose(field("site.hca_scope", &JobConfig::site, &SiteSpec::hca_scope, V::string, "site: NCCL_IB_HCA per rank or per node"), {"rank", "node"}));
+  add(choose(field("site.hca_scope", &JobConfig::site, &SiteSpec::hca_scope, V::string, "site: NCCL_IB_HCA per node (default) or per rank (warned)"), {"node", "rank"}));
   add(choose(field("site.cpu_bind", &JobConfig::site, &SiteSpec::cpu_bind, V::string, "site: CPU binding"), {"numa", "none"}));
   add(at_least(field("site.port_base", &JobConfig::site, &SiteSpec::port_base, V::integer, "site: MASTER_PORT range start"), 1024));
   return f;

@@ -172,10 +172,9 @@ void nccl_vars(const RankMap& map, const NodeTopology& topo, const EnvPolicy& po
   std::vector<std::string> hcas;
   if (policy.hca_scope == EnvPolicy::HcaScope::rank) {
     hcas.push_back(topo.nics[nic].name);
+    env.warnings.push_back(hca_rank_warning());
   } else {
-    std::set<int> paired(topo.nic_of_gpu.begin(), topo.nic_of_gpu.end());
-    for (int n : paired)
-      if (n >= 0 && n < static_cast<int>(topo.nics.size())) hcas.push_back(topo.nics[n].name);
+    hcas = node_hca_list(topo);  // one list for every rank of the node (NVIDIA/nccl#1478)
   }
   vars.set("NCCL_IB_HCA", "=" + join(hcas));  // '=': exact names (mlx5_1 would also match mlx5_10..19)
   vars.set("MESHRUN_NIC", topo.nics[nic].name);
@@ -201,6 +200,12 @@ const std::string* TaskEnv::get(const std::string& name) const {
   for (const auto& [k, v] : vars)
     if (k == name) return &v;
   return nullptr;
+}
+
+std::string hca_rank_warning() {
+  return "hca_scope = rank sets a different NCCL_IB_HCA on each rank of a node; NCCL's maintainers say not to "
+         "(NVIDIA/nccl#1478: ring construction across the node's ranks breaks) and NCCL pairs GPUs with their "
+         "nearest NIC itself: use hca_scope = node (the default; MESHRUN_NIC still names each rank's NIC)";
 }
 
 int master_port(uint32_t job_id, uint32_t step_id, const EnvPolicy& p) {

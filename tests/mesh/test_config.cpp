@@ -135,6 +135,12 @@ TEST_CASE("hostlists expand like Slurm's", "[hostlist]") {
 #include "meshrun/site_policy.hpp"
 
 TEST_CASE("site policy comes only from the site file", "[config][site]") {
+  Config plain;
+  REQUIRE(plain.job.site.hca_scope == "node");  // one NCCL_IB_HCA per node unless the site chooses rank
+  REQUIRE(env_inputs(plain).policy.hca_scope == EnvPolicy::HcaScope::node);
+  Config ranked;
+  apply_toml_text(ranked, "[site]\nhca_scope = \"rank\"\n", "site.toml", SourceKind::site);
+  REQUIRE(env_inputs(ranked).policy.hca_scope == EnvPolicy::HcaScope::rank);
   Config cfg;
   apply_toml_text(cfg,
                   "[site]\nnccl = \"off\"\nallow_env = \"MY_*, WANDB_PROJECT\"\nhca_scope = \"node\"\n"

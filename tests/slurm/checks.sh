@@ -240,13 +240,21 @@ EOS
     trap 'cp "$WORK/plugstack.good" "$conf.tmp" && mv -f "$conf.tmp" "$conf"' EXIT
     with_args() { sed "s|\$| $1|" "$WORK/plugstack.good" >"$conf.tmp" && mv -f "$conf.tmp" "$conf"; }
     step() { T srun -N 1 -n 2 --mesh-tp=2 "$HERE/dump_env.sh" 2>&1; }
-    step | grep -q 'NCCL_IB_HCA==mlx5_' || fail "default: no NCCL_IB_HCA from the topology"
+    out=$(step)
+    # Default: one list per node, the same on both ranks (NVIDIA/nccl#1478), each rank's own MESHRUN_NIC.
+    [ "$(echo "$out" | grep -o 'NCCL_IB_HCA=[^ ]*' | grep -c '^NCCL_IB_HCA==mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11$')" = 2 ] ||
+      fail "default: NCCL_IB_HCA is not the node's list on both ranks: $out"
+    [ "$(echo "$out" | grep -o 'MESHRUN_NIC=[^ ]*' | sort -u | wc -l)" = 2 ] || fail "default: MESHRUN_NIC is not per rank: $out"
     with_args "nccl=off"
     out=$(step)
     echo "$out" | grep -q 'RANK=' || fail "nccl=off: step failed: $out"
     echo "$out" | grep -q 'NCCL_' && fail "nccl=off: NCCL variables set: $out"
-    with_args "hca=node"
-    step | grep -q 'NCCL_IB_HCA==mlx5_[0-9]*,' || fail "hca=node: NCCL_IB_HCA does not list the node's NICs"
+    with_args "hca=rank"
+    out=$(step)
+    [ "$(echo "$out" | grep -o 'NCCL_IB_HCA=[^ ]*' | grep '^NCCL_IB_HCA==mlx5_[0-9]*$' | sort -u | wc -l)" = 2 ] ||
+      fail "hca=rank: NCCL_IB_HCA is not each rank's own NIC: $out"
+    grep -q 'hca_scope = rank.*NVIDIA/nccl#1478' "$LAB"/log/slurmd-n*.log ||
+      fail "hca=rank: the plugin did not log NCCL's warning"
     with_args "colour=blue"
     expect_refused "meshrun: plugstack.conf: bad argument 'colour=blue'" srun -N 1 true
     expect_refused "meshrun: plugstack.conf: bad argument 'colour=blue'" sbatch -N 1 --wrap true

@@ -56,10 +56,12 @@ struct TaskContext {
 struct EnvPolicy {
   enum class Nccl { automatic, off };  // off: emit no NCCL_* variable at all (the user's still pass)
   Nccl nccl = Nccl::automatic;
-  // NCCL_IB_HCA: "rank" = the task's paired NIC (rail pinning); "node" = every GPU-paired NIC of the node, and
-  // NCCL pairs them itself (keeps PXN for all-to-all).
+  // NCCL_IB_HCA: "node" (default) = every GPU-paired NIC of the node (storage ports excluded), the same list on
+  // every rank of the node; NCCL pairs each GPU with its nearest NIC itself. "rank" = only the task's paired
+  // NIC: an explicit site choice that NCCL's maintainers advise against ("You should not set NCCL_IB_HCA
+  // differently on each rank", NVIDIA/nccl#1478); compute_task_env() warns when it is on.
   enum class HcaScope { rank, node };
-  HcaScope hca_scope = HcaScope::rank;
+  HcaScope hca_scope = HcaScope::node;
   enum class CpuBind { numa, none };   // numa: the GPU's NUMA domain (intersected with allowed_cpus)
   CpuBind cpu_bind = CpuBind::numa;
   std::string socket_ifname;           // NCCL_SOCKET_IFNAME from the site; "" = derive from the topology
@@ -104,6 +106,9 @@ GpuAllocation gpu_allocation_from_slurm(const std::map<std::string, std::string>
 // The layout part of compute_task_env()'s output for one rank: MESHRUN_{TP,CP,PP,DP,EP}_{RANK,SIZE},
 // MESHRUN_LAYOUT and MESHRUN_ORDER. Exposed so a program can check what a launcher set against its own map.
 std::vector<std::pair<std::string, std::string>> layout_env(const Layout& layout, int rank);
+
+// The warning every front end prints when the site chose hca_scope = rank (one line).
+std::string hca_rank_warning();
 
 // The port formula, exposed for tests and the docs.
 int master_port(uint32_t job_id, uint32_t step_id, const EnvPolicy& policy);

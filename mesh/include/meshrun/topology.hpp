@@ -110,6 +110,10 @@ struct RankDescription {
 };
 RankDescription describe_rank(const NodeTopology& topo, int local_rank);
 
+// The node's compute NICs: every NIC paired with one of its GPUs, each once in NIC order (storage and other
+// unpaired ports excluded). NCCL_IB_HCA is "=" + this list, the same on every rank of the node by default.
+std::vector<std::string> node_hca_list(const NodeTopology& topo);
+
 // Rendering for `meshrun topo`.
 std::string topology_table(const NodeTopology& topo);
 std::string topology_json(const NodeTopology& topo);
