@@ -101,6 +101,12 @@ int stepd_user_init(spank_t sp, PluginState& st) {
 
 int stepd_task_init(spank_t sp, PluginState& st) {
   if (st.special_step || st.opts.off || !(st.opts.active() || st.bad_option)) return 0;
+  // srun already said why (once, on the user's terminal) or printed the dry run: end quietly.
+  if (job_getenv(sp, kStepRefused)) {
+    slurm_info("meshrun: srun refused this step after it was created; ending the task before its command");
+    end_task("", 1);
+  }
+  if (job_getenv(sp, kStepDryRun)) end_task("", 0);
   if (!st.deferred_error.empty()) end_task(st.deferred_error, 1);
   if (!st.plan || !st.node) end_task("meshrun: the step was not prepared in user_init (see the slurmd log)", 1);
   // Reached only when srun could not stop the step itself (an `optional` plugin): still run nothing.

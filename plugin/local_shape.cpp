@@ -21,10 +21,12 @@ StepShape local_step_shape() {
   return shape;
 }
 
-std::string add_own_submission_shape(StepShape* shape) {
+std::string add_own_submission_shape(StepShape* shape, bool* known, JobGeometry* geometry) {
   TaskShape tasks;
   std::string why;
-  if (own_submission_shape(&tasks, &why)) {
+  const bool ok = own_submission_shape(&tasks, &why, geometry);
+  if (known) *known = ok;
+  if (ok) {
     shape->nodes = tasks.nodes;
     shape->tasks = tasks.tasks;
     shape->gpus_per_node = tasks.gpus_per_node;

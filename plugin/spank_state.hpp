@@ -27,10 +27,17 @@ struct PluginState {
   std::string deferred_error;
   bool bad_option = false;
   bool special_step = false;   // batch, extern or interactive step: not training tasks
+  bool local_verdict = false;  // srun: init_post_opt refused the step or printed its dry run
   std::optional<StepPlan> plan;
   std::optional<NodeSetup> node;
 };
 PluginState& plugin_state();
+
+// Markers srun puts into its environment in local_user_init when it refused the step or printed its dry run
+// there (too late to stop the step without leaving it behind); srun forwards that environment to the tasks,
+// so slurmstepd ends them before their command runs, without printing the message again.
+inline constexpr const char* kStepRefused = "MESHRUN_STEP_REFUSED";
+inline constexpr const char* kStepDryRun = "MESHRUN_STEP_DRY_RUN";
 
 // srun (S_CTX_LOCAL)
 int srun_init_post_opt(spank_t sp, PluginState& st);
