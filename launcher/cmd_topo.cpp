@@ -29,7 +29,7 @@ void topo_usage(std::FILE* out) {
 }
 
 int bad(const std::string& line) {
-  std::fprintf(stderr, "meshrun topo: %s\n", line.c_str());
+  std::fprintf(stderr, "meshrun topo: %s\n", meshrun::cut_long_values(line).c_str());
   return 2;
 }
 

@@ -59,7 +59,21 @@ std::string check_node_range(const PluginState& st, const StepShape& base, const
 
 }  // namespace
 
-int alloc_init_post_opt(spank_t, PluginState& st) {
+// Slurm forwards option values as _SLURM_SPANK_OPTION_<plugin>_<option> (plugstack.c, "_option_setenv"):
+// into this process's environment and the job-control environment, which the batch script receives as
+// SLURM_SPANK__SLURM_SPANK_OPTION_... and its srun steps read again. A relative template path there would be
+// resolved again on the nodes against the step's working directory, although sbatch already found and
+// checked the file here: replace it by the absolute path.
+void make_template_absolute(spank_t sp, const PluginState& st, const StepShape& shape) {
+  if (!st.opts.template_file || st.opts.template_file->empty() || (*st.opts.template_file)[0] == '/') return;
+  const std::string abs = resolve_template(*st.opts.template_file, shape.cwd);
+  const char* name = "_SLURM_SPANK_OPTION_meshrun_mesh_template";
+  ::setenv(name, abs.c_str(), 1);
+  if (spank_job_control_setenv(sp, name, abs.c_str(), 1) != ESPANK_SUCCESS)
+    slurm_info("meshrun: could not record the template's absolute path %s; steps resolve it again", abs.c_str());
+}
+
+int alloc_init_post_opt(spank_t sp, PluginState& st) {
   if (!st.opts.active()) return 0;
   StepShape shape = local_step_shape();
   bool known = false;
@@ -79,6 +93,7 @@ int alloc_init_post_opt(spank_t, PluginState& st) {
     log_error_lines(plan.error_text());
     return -1;
   }
+  make_template_absolute(sp, st, shape);
   if (st.opts.dry_run) {
     if (plan.layout) std::fputs(render_dry_run(plan).c_str(), stdout);
     else std::puts("meshrun: options and template are valid; node and task counts unknown until srun");

@@ -1,5 +1,7 @@
 #include "job_geometry.hpp"
 
+#include "meshrun/bounded_file.hpp"
+
 #include <unistd.h>  // environ
 
 #include <algorithm>
@@ -300,6 +302,9 @@ std::vector<std::string> read_own_cmdline() {
 }
 
 std::string read_file_head(const std::string& path, size_t limit) {
+  // Only a regular file: a FIFO would block here (sbatch reports such a script itself).
+  std::string error;
+  if (!meshrun::check_regular_file(path, "batch script", &error)) return "";
   std::ifstream in(path, std::ios::binary);
   std::string text(limit, '\0');
   in.read(text.data(), static_cast<std::streamsize>(limit));

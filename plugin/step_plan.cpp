@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/hostlist.hpp"
 
 namespace meshrun::plugin {
@@ -30,7 +31,7 @@ std::string world_message(const LayoutSpec& spec, const std::optional<Layout>& l
 
 std::string StepPlan::error_text() const {
   std::string s;
-  for (const auto& p : problems) s += (s.empty() ? "" : "\n") + std::string("meshrun: ") + p.message;
+  for (const auto& p : problems) s += (s.empty() ? "" : "\n") + std::string("meshrun: ") + cut_long_values(p.message);
   return s;
 }
 

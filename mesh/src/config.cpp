@@ -1,6 +1,7 @@
 // The configuration schema and its layers. One table of keys drives TOML parsing, --set, flags,
 // did-you-mean suggestions and the dry run's source column.
 #include "meshrun/config.hpp"
+#include "meshrun/bounded_file.hpp"
 
 #include <toml++/toml.h>
 
@@ -461,15 +462,11 @@ void apply_toml_text(Config& cfg, std::string_view text, const std::string& sour
 }
 
 void apply_toml_file(Config& cfg, const std::string& path, SourceKind kind) {
-  std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec))
-    throw ConfigError(path + ": cannot read the " + std::string(kind == SourceKind::site ? "site file" : "template") +
-                      " (" + (std::filesystem::exists(path, ec) ? "not a readable file" : "no such file") +
-                      "); check the path");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  apply_toml_text(cfg, ss.str(), path, kind);
+  // A regular file of at most 1 MiB: /dev/zero or a FIFO must not hang or exhaust a login node.
+  std::string text, error;
+  if (!read_bounded_file(path, kTemplateFileLimit, kind == SourceKind::site ? "site file" : "template", &text, &error))
+    throw ConfigError(error);
+  apply_toml_text(cfg, text, path, kind);
 }
 
 void apply_value(Config& cfg, const std::string& key, std::string_view value, const Origin& origin) {

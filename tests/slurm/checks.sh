@@ -100,6 +100,35 @@ case $NAME in
     printf '[parallel]\ntp = 2\ntensor = 4\n' >bad.toml
     expect_refused 'bad.toml' sbatch -N 1 --ntasks-per-node=2 --mesh-template=bad.toml --wrap true
     expect_refused 'missing.toml' srun -N 1 -n 2 --mesh-template=missing.toml true
+    # The relative path is made absolute at submission: a script that changes directory still finds it.
+    mkdir -p elsewhere
+    id=$(submit -N 1 --ntasks-per-node=2 --mesh-template=job.toml --wrap 'cd elsewhere && srun printenv MESHRUN_TP_SIZE')
+    [ "$(grep -c '^2$' "job-$id.out")" = 2 ] || fail "relative template lost after cd in the script: $(cat job-$id.out)"
+    out=$(cd elsewhere && T salloc -N 1 -n 2 --mesh-template=../job.toml bash -c 'cd / && srun printenv MESHRUN_TP_SIZE' 2>&1)
+    [ "$(echo "$out" | grep -c '^2$')" = 2 ] || fail "salloc: relative template lost after cd: $out"
+    ;;
+
+  bad_files_refused)
+    # Templates must be regular files of at most 1 MiB: /dev/zero grew sbatch to 3.9 GB and never returned, a
+    # FIFO hung. Memory-capped so a regression fails instead of exhausting the machine; timeouts bound hangs.
+    mkfifo fifo.toml
+    head -c 2000000 /dev/zero | tr '\0' '#' >big.toml
+    for f in /dev/zero "$WORK/fifo.toml" "$WORK/big.toml" "$WORK"; do
+      out=$( (ulimit -v 1000000; LIMIT=20 T sbatch -N 1 --mesh-template="$f" --wrap true) 2>&1); rc=$?
+      [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "sbatch --mesh-template=$f: rc=$rc (124 = hung): $out"
+      echo "$out" | grep -Eq 'not a regular file|larger than 1 MiB' || fail "sbatch --mesh-template=$f: no clear line: $out"
+      echo "$out" | grep -q 'Submitted' && fail "a job was submitted with --mesh-template=$f"
+      out=$( (ulimit -v 1000000; LIMIT=20 T srun -N 1 --mesh-template="$f" true) 2>&1); rc=$?
+      [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "srun --mesh-template=$f: rc=$rc: $out"
+      say "refused: --mesh-template=$f -> $(echo "$out" | grep -m1 -o 'meshrun: .*')"
+    done
+    # A 10,000-character bad value is cut to 60 characters and "…" in meshrun's line.
+    long=$(head -c 10000 /dev/zero | tr '\0' 'x')
+    out=$(T sbatch -N 1 --mesh-order="$long" --wrap true 2>&1)
+    line=$(echo "$out" | grep 'meshrun:')
+    [ -n "$line" ] || fail "no meshrun line for a long --mesh-order: $(echo "$out" | head -c 300)"
+    [ ${#line} -lt 400 ] || fail "meshrun echoed the long value (${#line} characters)"
+    echo "$line" | grep -q '…' || fail "no '…' in the cut value: $line"
     ;;
 
   sbatch_directives)

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/job.hpp"
 
 namespace meshrun {
@@ -18,7 +19,7 @@ namespace meshrun {
 // A user-facing input error. what() is one line, "file:line:col: problem; fix" where a location exists.
 // Command-line front ends print it and exit 2.
 struct ConfigError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit ConfigError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
 };
 
 enum class SourceKind { defaults, site, template_file, environment, flag, set };

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/rank_map.hpp"
 #include "meshrun/topology.hpp"
 
@@ -23,7 +24,7 @@ namespace meshrun {
 // Bad input for a task's environment (fewer GPUs than tasks, a forbidden variable, ...). Front ends print
 // what() and exit 2; the plugin logs it with slurm_error and fails the task.
 struct TaskEnvError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit TaskEnvError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
 };
 
 // The GPUs Slurm gave this step on this node, and how the task can see them.

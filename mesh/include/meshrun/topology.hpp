@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/layout.hpp"
 
 namespace meshrun {
@@ -76,7 +77,7 @@ struct NodeTopology {
 
 // Topology loading failed (unreadable XML, hwloc error). what() is one line naming the fix.
 struct TopologyError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit TopologyError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
 };
 
 struct TopologyRequest {
