@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "dry_run.hpp"
+#include "job_geometry.hpp"
 #include "local_shape.hpp"
 #include "spank_state.hpp"
 
@@ -39,7 +40,7 @@ int srun_init_post_opt(spank_t, PluginState& st) {
     st.local_verdict = true;
     return -1;
   };
-  if (std::string why = add_own_submission_shape(&shape, &known); !why.empty()) {
+  if (std::string why = add_own_submission_shape(&shape, &known, nullptr, &st.opts); !why.empty()) {
     slurm_error("meshrun: %s", why.c_str());
     return refuse();
   }
@@ -51,6 +52,12 @@ int srun_init_post_opt(spank_t, PluginState& st) {
   if (!plan.problems.empty()) {
     log_error_lines(plan.error_text());
     return refuse();
+  }
+  // A heterogeneous step checked as a whole here: local_user_init sees one component at a time, whose counts
+  // alone would not fit the layout.
+  if (known) {
+    const auto argv = read_own_cmdline();
+    if (argv.size() > 1 && het_components({argv.begin() + 1, argv.end()}).size() > 1) st.local_verdict = true;
   }
   if (known && st.opts.dry_run && plan.layout) {
     std::fputs(render_dry_run(plan).c_str(), stdout);
@@ -78,9 +85,40 @@ int srun_local_user_init(spank_t sp, PluginState& st) {
   shape.nodes = static_cast<int>(nnodes);
   shape.tasks = static_cast<int>(ntasks);
   shape.gpus_per_node = gpus_per_node_from_env();
-  shape.hostlist = env_or_empty("SLURM_STEP_NODELIST");
-  for (const char* name : {"SLURM_JOB_NODELIST", "SLURM_NODELIST"})
-    if (shape.hostlist.empty()) shape.hostlist = env_or_empty(name);
+  // A heterogeneous step: srun calls this once per component with that component's counts. The rank map spans
+  // all of them, so wait for the last one and check the whole step once.
+  const auto argv = read_own_cmdline();
+  const size_t components = argv.size() > 1 ? het_components({argv.begin() + 1, argv.end()}).size() : 1;
+  if (components > 1) {
+    TaskShape c;
+    c.nodes = shape.nodes;
+    c.tasks = shape.tasks;
+    c.tasks_per_node = shape.nodes > 0 && shape.tasks % shape.nodes == 0 ? shape.tasks / shape.nodes : -1;
+    st.het_seen.push_back(c);
+    if (st.het_seen.size() < components) return 0;
+    std::string flags;
+    auto add = [&](const std::optional<int>& v, const char* name) {
+      if (v) flags += (flags.empty() ? "" : " ") + std::string(name) + "=" + std::to_string(*v);
+    };
+    add(st.opts.tp, "--mesh-tp");
+    add(st.opts.cp, "--mesh-cp");
+    add(st.opts.pp, "--mesh-pp");
+    const int group = st.opts.tp.value_or(1) * st.opts.cp.value_or(1) * st.opts.pp.value_or(1);
+    TaskShape total;
+    if (std::string why = het_shape_problem(st.het_seen, group, flags, &total); !why.empty()) {
+      slurm_error("meshrun: %s", why.c_str());
+      ::setenv(kStepRefused, "1", 1);
+      return 0;
+    }
+    shape.nodes = total.nodes;
+    shape.tasks = total.tasks;
+    shape.hostlist.clear();
+  }
+  if (components == 1) {
+    shape.hostlist = env_or_empty("SLURM_STEP_NODELIST");
+    for (const char* name : {"SLURM_JOB_NODELIST", "SLURM_NODELIST"})
+      if (shape.hostlist.empty()) shape.hostlist = env_or_empty(name);
+  }
   StepPlan plan = plan_step(st.opts, st.args, shape);
   if (!plan.problems.empty()) {
     log_error_lines(plan.error_text());

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -277,6 +278,61 @@ bool srun_step_shape(const JobGeometry& g, const std::map<std::string, std::stri
   return true;
 }
 
+std::vector<std::vector<std::string>> het_components(const std::vector<std::string>& args) {
+  std::vector<std::vector<std::string>> out(1);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == ":" && i > 0 && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] == '-') {
+      out.emplace_back();
+      continue;
+    }
+    out.back().push_back(args[i]);
+  }
+  return out;
+}
+
+std::string het_shape_problem(const std::vector<TaskShape>& comps, int group, const std::string& flags,
+                              TaskShape* total, bool node_runs) {
+  auto s = [](long long v) { return std::to_string(v); };
+  TaskShape t;
+  bool same = true;
+  for (const auto& c : comps) {
+    t.nodes += c.nodes;
+    t.tasks += c.tasks;
+    same = same && c.tasks_per_node == comps.front().tasks_per_node;
+  }
+  t.tasks_per_node = comps.empty() ? 0 : comps.front().tasks_per_node;
+  t.gpus_per_node = comps.empty() ? 0 : comps.front().gpus_per_node;
+  if (same) {
+    *total = t;
+    return "";
+  }
+  // A fitting shape: p tasks on every node, p the components' common divisor (a multiple of tp·cp·pp).
+  group = std::max(group, 1);
+  long long p = 0;
+  for (const auto& c : comps) p = std::gcd(p, static_cast<long long>(c.tasks));
+  if (p % group != 0) p = group;
+  std::string sizes, per_node, fix;
+  long long world = 0;
+  for (size_t i = 0; i < comps.size(); ++i) {
+    const auto& c = comps[i];
+    sizes += (i ? (i + 1 == comps.size() ? " and " : ", ") : "") + s(c.tasks) + " tasks on " + s(c.nodes) +
+             (c.nodes == 1 ? " node" : " nodes");
+    per_node += (i ? (i + 1 == comps.size() ? " and " : ", ") : "") + s(c.tasks_per_node);
+    const long long n = (c.tasks + p - 1) / p * p;
+    world += n;
+    fix += std::string(i ? " : " : "") + "-N" + s(n / p) + " --ntasks-per-node=" + s(p) +
+           (i == 0 && !flags.empty() ? " " + flags : "");
+  }
+  const std::string layout = " (" + s(world) + " ranks: tp·cp·pp = " + s(group) + ", dp = " + s(world / group) + ")";
+  if (node_runs)
+    return "a heterogeneous step whose nodes run " + per_node + " tasks: meshrun places all components' ranks as "
+           "one block map, so every node needs the same task count; give every component --ntasks-per-node=" +
+           s(p) + " and -N = its tasks / " + s(p);
+  return "a heterogeneous step with components of " + sizes + " (" + per_node +
+         " tasks per node): meshrun places all components' ranks as one block map, so every component needs the "
+         "same tasks per node; e.g. srun " + fix + layout;
+}
+
 std::string distribution_problem(const std::string& dist, const std::string& source) {
   // "block", "block:cyclic", "block:block,Pack", "*:..." (the default) place ranks in blocks per node; the part
   // after ':' is about sockets inside a node.
@@ -312,7 +368,7 @@ std::string read_file_head(const std::string& path, size_t limit) {
   return text;
 }
 
-bool own_submission_shape(TaskShape* shape, std::string* why, JobGeometry* geometry) {
+bool own_submission_shape(TaskShape* shape, std::string* why, JobGeometry* geometry, std::vector<TaskShape>* het) {
   why->clear();
   std::vector<std::string> argv = read_own_cmdline();
   if (argv.empty()) return false;
@@ -331,7 +387,23 @@ bool own_submission_shape(TaskShape* shape, std::string* why, JobGeometry* geome
       if (eq != std::string_view::npos && kv.substr(0, 6) == "SLURM_")
         env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
     }
-    return srun_step_shape(geo, env, shape, why);
+    const auto comps = het_components(args);
+    if (comps.size() == 1 || !het) return srun_step_shape(geo, env, shape, why);
+    // A heterogeneous step: each component's shape from its own arguments. Inside an allocation srun's
+    // defaults are the job's, not a component's, so there each component must give -n and -N (or
+    // --ntasks-per-node); otherwise the shape is left to local_user_init.
+    const bool in_alloc = env.count("SLURM_JOB_ID") > 0;
+    env.erase("SLURM_JOB_ID");
+    het->clear();
+    for (const auto& c : comps) {
+      JobGeometry g;
+      parse_job_args("srun", c, &g);
+      if (in_alloc && (g.ntasks == 0 || (g.nodes == 0 && g.ntasks_per_node == 0))) return false;
+      TaskShape t;
+      if (!srun_step_shape(g, env, &t, why)) return false;
+      het->push_back(t);
+    }
+    return false;  // the caller combines the components (het_shape_problem)
   }
   if (*why = distribution_problem(geo.distribution, "--distribution=" + geo.distribution); !why->empty()) return false;
   return task_shape(geo, shape, why);

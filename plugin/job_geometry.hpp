@@ -57,13 +57,28 @@ bool range_shapes(const JobGeometry& g, int limit, std::vector<TaskShape>* shape
 bool srun_step_shape(const JobGeometry& g, const std::map<std::string, std::string>& env, TaskShape* shape,
                      std::string* why);
 
+// srun A : B : C (a heterogeneous step): the components' argument lists, split at each ':' token followed by an
+// option (so a ':' argument of a command stays). One list when the step is not heterogeneous.
+std::vector<std::vector<std::string>> het_components(const std::vector<std::string>& args);
+
+// The rank map of a heterogeneous step is one block map over all components, so every component needs the same
+// tasks per node. "" when they agree (*total = the whole step), else the refusal naming the component sizes and
+// a layout that fits (`group` = tp·cp·pp of the layout, `flags` the --mesh-* options to show).
+// `node_runs`: the "components" are runs of nodes with equal counts (slurmstepd sees only
+// SLURM_STEP_TASKS_PER_NODE), so the message speaks of nodes.
+std::string het_shape_problem(const std::vector<TaskShape>& components, int group, const std::string& flags,
+                              TaskShape* total, bool node_runs = false);
+
 // "" when `dist` (an srun -m value or SLURM_DISTRIBUTION) places tasks in blocks per node, else the refusal.
 std::string distribution_problem(const std::string& dist, const std::string& source);
 
 // The shape the running sbatch/salloc/srun (this process: /proc/self/cmdline, plus the batch script's #SBATCH
 // lines) asks for. Returns false when unknown (*why empty) or inconsistent (*why says why).
-// `geometry` (optional) receives what was parsed, e.g. a node range.
-bool own_submission_shape(TaskShape* shape, std::string* why, JobGeometry* geometry = nullptr);
+// `geometry` (optional) receives what was parsed, e.g. a node range. For an srun heterogeneous step, when `het`
+// is given and every component's shape is known, *het receives them (one per component) and the return is
+// false with *why empty: the caller checks them together (het_shape_problem).
+bool own_submission_shape(TaskShape* shape, std::string* why, JobGeometry* geometry = nullptr,
+                          std::vector<TaskShape>* het = nullptr);
 
 // This process's argv from /proc/self/cmdline, and the head (up to `limit` bytes) of a file.
 std::vector<std::string> read_own_cmdline();

@@ -16,6 +16,9 @@ StepShape local_step_shape();
 // script's #SBATCH lines; for srun inside an allocation, the SLURM_* variables srun takes its defaults from).
 // Returns "" when added (*known = true) or when the shape cannot be known (*known = false: the step checks it
 // later); otherwise the refusal, one line. `geometry` (optional) receives what was parsed.
-std::string add_own_submission_shape(StepShape* shape, bool* known = nullptr, JobGeometry* geometry = nullptr);
+// A heterogeneous srun step whose components all have known shapes: *het_flags (the --mesh-* sizes, for the
+// suggestion) and `group` come from `opts`; a mismatch between components is returned as the refusal.
+std::string add_own_submission_shape(StepShape* shape, bool* known = nullptr, JobGeometry* geometry = nullptr,
+                                     const MeshOptions* opts = nullptr);
 
 }  // namespace meshrun::plugin

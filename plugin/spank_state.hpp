@@ -8,7 +8,9 @@ extern "C" {
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "job_geometry.hpp"
 #include "mesh_options.hpp"
 #include "plugstack_args.hpp"
 #include "step_plan.hpp"
@@ -26,8 +28,12 @@ struct PluginState {
   // Only jobs that asked for meshrun see it: a bad remote option value counts as asking.
   std::string deferred_error;
   bool bad_option = false;
+  // The deferred error is about the whole step (its layout or shape), the same on every node: only the task of
+  // rank 0 prints it, the others end quietly, so the user reads it once.
+  bool deferred_step_wide = false;
   bool special_step = false;   // batch, extern or interactive step: not training tasks
-  bool local_verdict = false;  // srun: init_post_opt refused the step or printed its dry run
+  bool local_verdict = false;  // srun: init_post_opt refused the step, printed its dry run, or checked it whole
+  std::vector<TaskShape> het_seen;  // srun: the components of a heterogeneous step seen by local_user_init
   std::optional<StepPlan> plan;
   std::optional<NodeSetup> node;
 };

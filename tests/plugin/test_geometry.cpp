@@ -174,3 +174,20 @@ TEST_CASE("node ranges (-N MIN-MAX): every node count of the range") {
   g = geo({"-N", "1-1000", "--wrap", "true"});
   CHECK_FALSE(range_shapes(g, 64, &shapes));  // too wide: the steps check
 }
+
+TEST_CASE("heterogeneous steps: components, and one message naming their sizes and a layout that fits") {
+  auto comps = het_components({"-n2", "--mesh-tp=2", "a", ":", "-n4", "b", ":", "x"});
+  REQUIRE(comps.size() == 2);  // the last ':' is an argument of b (not followed by an option)
+  CHECK(comps[1] == std::vector<std::string>{"-n4", "b", ":", "x"});
+  CHECK(het_components({"echo", ":"}).size() == 1);
+  TaskShape a{1, 2, 2, 0}, b{1, 4, 4, 0}, total;
+  std::string why = het_shape_problem({a, b}, 2, "--mesh-tp=2", &total);
+  CHECK(why == "a heterogeneous step with components of 2 tasks on 1 node and 4 tasks on 1 node (2 and 4 tasks per "
+               "node): meshrun places all components' ranks as one block map, so every component needs the same "
+               "tasks per node; e.g. srun -N1 --ntasks-per-node=2 --mesh-tp=2 : -N2 --ntasks-per-node=2 (6 ranks: "
+               "tp·cp·pp = 2, dp = 3)");
+  CHECK_THAT(het_shape_problem({a, b}, 2, "", &total, true), Catch::StartsWith("a heterogeneous step whose nodes run 2 and 4 tasks"));
+  TaskShape c{2, 4, 2, 0};
+  CHECK(het_shape_problem({a, c}, 2, "", &total).empty());
+  CHECK((total.nodes == 3 && total.tasks == 6 && total.tasks_per_node == 2));
+}

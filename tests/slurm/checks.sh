@@ -163,6 +163,21 @@ EOS
     compare dump.txt
     [ "$(grep -o 'MASTER_ADDR=[^ ]*' dump.txt | sort -u | wc -l)" = 1 ] || fail "components disagree on MASTER_ADDR"
     [ "$(grep -o 'MASTER_PORT=[^ ]*' dump.txt | sort -u | wc -l)" = 1 ] || fail "components disagree on MASTER_PORT"
+    # Unequal components (the issue: every task failed with "tp=2 does not divide gpus_per_node=3; use tp in
+    # {1, 3}", a fix that fails too, printed once per task): one line naming the sizes, nothing runs.
+    out=$(T srun -n 2 --mesh-tp=2 touch "$WORK/ran" : -n 4 touch "$WORK/ran" 2>&1)
+    echo "$out"
+    [ "$(echo "$out" | grep -c 'meshrun: ')" = 1 ] || fail "unequal het step: not exactly one meshrun line: $out"
+    echo "$out" | grep -q 'meshrun: a heterogeneous step whose nodes run 2 and 4 tasks' || fail "no sizes named: $out"
+    echo "$out" | grep -q 'does not divide' && fail "the misleading tp message is back: $out"
+    # With the node counts on the command line srun refuses before the step, naming a layout that fits ...
+    expect_refused 'e.g. srun -N1 --ntasks-per-node=2 --mesh-tp=2 : -N2 --ntasks-per-node=2 (6 ranks' \
+      srun -N 1 -n 2 --mesh-tp=2 touch "$WORK/ran" : -N 1 -n 4 touch "$WORK/ran"
+    sleep 1
+    [ ! -e "$WORK/ran" ] || fail "a task of an unequal het step ran"
+    # ... and that layout runs.
+    out=$(T srun -N1 --ntasks-per-node=2 --mesh-tp=2 printenv MESHRUN_LAYOUT : -N2 --ntasks-per-node=2 printenv MESHRUN_LAYOUT 2>&1)
+    [ "$(echo "$out" | grep -c '^tp=2,cp=1,pp=1,dp=3,ep=1$')" = 6 ] || fail "the suggested het layout does not run: $out"
     ;;
 
   bad_layouts_refused)
