@@ -469,6 +469,18 @@ void apply_toml_file(Config& cfg, const std::string& path, SourceKind kind) {
   apply_toml_text(cfg, text, path, kind);
 }
 
+void apply_int(Config& cfg, const std::string& key, int64_t value, const Origin& origin) {
+  std::string prefix = origin.where.empty() ? key : origin.where;
+  if (key.rfind("site.", 0) == 0 && origin.kind != SourceKind::site) throw ConfigError(prefix + ": " + site_only_message());
+  const Field* f = find_field(key);
+  if (!f) throw ConfigError(prefix + ": unknown key '" + key + "'; keys are section.name, e.g. parallel.tp");
+  JobConfig next = cfg.job;
+  std::string err = store(next, *f, Scalar::of_int(value));
+  if (!err.empty()) throw ConfigError(prefix + ": " + err);
+  cfg.job = std::move(next);
+  cfg.origins[key] = origin;
+}
+
 void apply_value(Config& cfg, const std::string& key, std::string_view value, const Origin& origin) {
   std::string prefix = origin.where.empty() ? key : origin.where;
   if (key.rfind("env.", 0) == 0 && key.size() > 4) {

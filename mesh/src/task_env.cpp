@@ -233,8 +233,8 @@ std::string check_extra_var(const std::string& name, const EnvPolicy& policy) {
   return "";
 }
 
-std::vector<std::pair<std::string, std::string>> layout_env(const Layout& l, int rank) {
-  const Coord c = RankGrid(l).coords(rank);
+namespace {
+std::vector<std::pair<std::string, std::string>> layout_vars(const Layout& l, const Coord& c) {
   const std::pair<const char*, std::pair<int, int>> axes[] = {
       {"TP", {c.tp, l.tp}}, {"CP", {c.cp, l.cp}}, {"PP", {c.pp, l.pp}}, {"DP", {c.dp, l.dp}}, {"EP", {c.ep, l.ep}}};
   std::vector<std::pair<std::string, std::string>> out;
@@ -247,6 +247,15 @@ std::vector<std::pair<std::string, std::string>> layout_env(const Layout& l, int
                                          std::to_string(l.ep));
   out.emplace_back("MESHRUN_ORDER", l.order.str());
   return out;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> layout_env(const Layout& l, int rank) {
+  return layout_vars(l, RankGrid(l).coords(rank));
+}
+
+std::vector<std::pair<std::string, std::string>> layout_env(const RankMap& map, int rank) {
+  return layout_vars(map.layout(), map.coords(rank));
 }
 
 TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeTopology& topo,
@@ -283,7 +292,7 @@ TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeT
   vars.set("MASTER_PORT", master_port(ctx.job_id, ctx.step_id, policy));
 
   // The layout and this rank's coordinates.
-  for (const auto& [name, value] : layout_env(map.layout(), ctx.rank)) vars.set(name, value);
+  for (const auto& [name, value] : layout_env(map, ctx.rank)) vars.set(name, value);
 
   if (!topo.gpus.empty() || (gpus.managed && !gpus.step_gpus.empty())) {
     place_gpu(ctx, topo, gpus, env, vars);

@@ -200,3 +200,15 @@ GpuAllocation gpu_allocation_from_slurm(const std::map<std::string, std::string>
 }
 
 }  // namespace meshrun
+
+namespace meshrun {
+
+TaskEnv task_env_from_slurm(const RankMap& map, const std::map<std::string, std::string>& slurm_env,
+                            const NodeTopology& topo, const EnvPolicy& policy,
+                            const std::map<std::string, std::string>& extra_env, const CpuSet& allowed_cpus) {
+  TaskContext ctx = task_context_from_slurm(slurm_env);
+  ctx.allowed_cpus = allowed_cpus;
+  return compute_task_env(map, ctx, topo, gpu_allocation_from_slurm(slurm_env), policy, extra_env);
+}
+
+}  // namespace meshrun

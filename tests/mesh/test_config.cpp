@@ -211,3 +211,13 @@ TEST_CASE("files from user input: regular files only, limits by kind, long value
   CHECK(cut_long_values(path + ": no such file") == path + ": no such file");
   CHECK_THROWS_WITH(apply_set(cfg, "parallel.tp=" + huge), !Catch::Contains(std::string(61, 'x')));
 }
+
+TEST_CASE("typed values: an option parsed to an integer is stored without a text round trip", "[config]") {
+  Config cfg;
+  apply_int(cfg, "parallel.tp", 4, Origin{SourceKind::flag, "--mesh-tp=4"});
+  CHECK(cfg.job.parallel.tp == 4);
+  CHECK(cfg.origin_of("parallel.tp").str() == Origin{SourceKind::flag, "--mesh-tp=4"}.str());
+  CHECK_THROWS_AS(apply_int(cfg, "parallel.nope", 1, Origin{SourceKind::flag, "--x=1"}), ConfigError);
+  CHECK_THROWS_AS(apply_int(cfg, "model.mlp", 1, Origin{SourceKind::flag, "--x=1"}), ConfigError);  // a string key
+  CHECK_THROWS_AS(apply_int(cfg, "site.port_base", 1, Origin{SourceKind::flag, "--x=1"}), ConfigError);
+}

@@ -90,10 +90,10 @@ TEST_CASE("plugstack arguments") {
   CHECK(a.hca_per_node);  // one NCCL_IB_HCA per node unless the site says otherwise (NVIDIA/nccl#1478)
   REQUIRE(parse({"hca=rank", "cpu_bind=none", "socket_ifname=^docker,lo"}, &a, &err));
   CHECK_FALSE(a.hca_per_node);
-  REQUIRE(parse({"hca=node"}, &a, &err));
-  CHECK(a.hca_per_node);
   CHECK_FALSE(a.cpu_bind);
   CHECK(a.socket_ifname == "^docker,lo");
+  REQUIRE(parse({"hca=node"}, &a, &err));
+  CHECK(a.hca_per_node);
 }
 
 TEST_CASE("unknown or malformed plugstack arguments fail with the argument named") {

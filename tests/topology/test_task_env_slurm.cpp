@@ -139,3 +139,31 @@ TEST_CASE("a step Slurm did not place in equal blocks is refused by every task, 
     CHECK_THAT(x.what(), Catch::Contains("…"));
   }
 }
+
+TEST_CASE("task_env_from_slurm is the three-call path the plugin and exec share") {
+  TopologyRequest r;
+  r.xml_path = std::string(MESHRUN_TOPO_FIXTURES) + "/dgx-h100.xml";
+  r.node_type = find_node_type("dgx-h100");
+  const NodeTopology topo = load_topology(r);
+  ClusterSpec cs;
+  cs.node_type = "dgx-h100";
+  cs.nodes = 2;
+  cs.hostlist = "dgx[07-08]";
+  std::vector<Problem> problems;
+  const Cluster cluster = resolve_cluster(cs, &problems);
+  LayoutSpec ls;
+  ls.tp = 8;
+  const auto layout = resolve_layout(ls, cluster.gpus(), &problems);
+  REQUIRE(layout);
+  const RankMap map(*layout, cluster);
+  Env e = base();
+  e["SLURM_STEP_GPUS"] = "0,1,2,3,4,5,6,7";
+  TaskContext ctx = task_context_from_slurm(e);
+  const TaskEnv three = compute_task_env(map, ctx, topo, gpu_allocation_from_slurm(e), EnvPolicy{}, {});
+  const TaskEnv one = task_env_from_slurm(map, e, topo, EnvPolicy{}, {}, CpuSet{});
+  CHECK(one.vars == three.vars);
+  CHECK(*one.get("RANK") == "11");
+  CHECK(*one.get("MESHRUN_TP_RANK") == "3");
+  e["SLURM_DISTRIBUTION"] = "cyclic";
+  CHECK_THROWS_AS(task_env_from_slurm(map, e, topo, EnvPolicy{}, {}, CpuSet{}), TaskEnvError);
+}

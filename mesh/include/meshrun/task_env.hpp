@@ -6,7 +6,9 @@
 // globals), bounded in work, and reports bad input by throwing TaskEnvError (one line: problem; fix). Callers
 // inside slurmstepd catch it; nothing here aborts.
 //
-// CHANGELOG: (none yet; changes to this header are listed here with the date)
+// CHANGELOG:
+//   2026-12-01: EnvPolicy::hca_scope defaults to node (one NCCL_IB_HCA per node, NVIDIA/nccl#1478);
+//               hca_rank_warning(); task_env_from_slurm(); layout_env(RankMap, rank).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -104,9 +106,19 @@ TaskContext task_context_from_slurm(const std::map<std::string, std::string>& en
 // is inferred: CUDA_VISIBLE_DEVICES holding 0-based indices that are not the task's global indices.
 GpuAllocation gpu_allocation_from_slurm(const std::map<std::string, std::string>& env);
 
+// The one path from Slurm's task variables to a task's environment, shared by the SPANK plugin's task_init and
+// `meshrun exec` under srun: task_context_from_slurm() (who the task is, and that Slurm placed the step in equal
+// blocks) + gpu_allocation_from_slurm() + compute_task_env(). `allowed_cpus` = the CPUs the task may use now
+// (its affinity mask); empty = the whole node. Throws TaskEnvError with a one-line message.
+TaskEnv task_env_from_slurm(const RankMap& map, const std::map<std::string, std::string>& slurm_env,
+                            const NodeTopology& topo, const EnvPolicy& policy,
+                            const std::map<std::string, std::string>& extra_env, const CpuSet& allowed_cpus);
+
 // The layout part of compute_task_env()'s output for one rank: MESHRUN_{TP,CP,PP,DP,EP}_{RANK,SIZE},
 // MESHRUN_LAYOUT and MESHRUN_ORDER. Exposed so a program can check what a launcher set against its own map.
 std::vector<std::pair<std::string, std::string>> layout_env(const Layout& layout, int rank);
+// The same from a rank map the caller already holds (no second rank grid).
+std::vector<std::pair<std::string, std::string>> layout_env(const RankMap& map, int rank);
 
 // The warning every front end prints when the site chose hca_scope = rank (one line).
 std::string hca_rank_warning();
