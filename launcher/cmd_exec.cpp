@@ -163,15 +163,14 @@ int cmd_exec(int argc, char** argv) {
       mode = "mpirun";
       ctx = context_from_mpirun(env);
     } else if (find(env, "SLURM_PROCID")) {
-      mode = "slurm";
-      ctx = task_context_from_slurm(env);
+      mode = "slurm";  // task_env_from_slurm() below: the plugin's own path from Slurm's variables
     } else {
       return fail("cannot tell which rank this task is: not in a Slurm step (no SLURM_PROCID) nor under mpirun "
                   "(no OMPI_COMM_WORLD_RANK); run it with srun or mpirun, or pass --rank R --world-size N");
     }
 
     // The GPUs this task may see: Slurm's variables, or a CUDA_VISIBLE_DEVICES the caller set; none = all.
-    gpus = gpu_allocation_from_slurm(env);
+    if (mode != "slurm") gpus = gpu_allocation_from_slurm(env);
     launch::Resolved r = launch::resolve(build_config(req));
     RankMap map(r.layout, r.cluster);
     if (mode == "flags") {
@@ -208,7 +207,12 @@ int cmd_exec(int argc, char** argv) {
     treq.node_type = find_node_type(r.cfg.job.cluster.node_type);
     NodeTopology topo = load_topology(treq);
     EnvInputs inputs = env_inputs(r.cfg);  // site policy from the site file, the job's [env] allow-listed
-    task = compute_task_env(map, ctx, topo, gpus, inputs.policy, inputs.user_env);
+    if (mode == "slurm") {
+      task = task_env_from_slurm(map, env, topo, inputs.policy, inputs.user_env, ctx.allowed_cpus);
+      ctx.rank = std::atoi(task.get("RANK")->c_str());
+    } else {
+      task = compute_task_env(map, ctx, topo, gpus, inputs.policy, inputs.user_env);
+    }
   } catch (const ConfigError& e) {
     return fail(e.what());
   } catch (const TaskEnvError& e) {

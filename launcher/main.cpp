@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "meshrun/bounded_file.hpp"
 #include "commands.hpp"
 
 namespace {
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : kCommands)
     if (name == c.name) return c.run(argc - 1, argv + 1);
-  std::fprintf(stderr, "meshrun: unknown command '%s'; run 'meshrun --help' for the list\n", argv[1]);
+  std::fprintf(stderr, "meshrun: unknown command '%s'; run 'meshrun --help' for the list\n",
+               meshrun::cut_value(argv[1]).c_str());
   return 2;
 }

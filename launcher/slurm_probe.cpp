@@ -1,5 +1,7 @@
 #include "slurm_probe.hpp"
 
+#include "meshrun/bounded_file.hpp"
+
 #include <fcntl.h>
 #include <glob.h>
 #include <poll.h>
@@ -23,11 +25,17 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
+// A Slurm configuration file (from $SLURM_CONF: user input): a regular file of at most 16 MiB, else "".
+std::string read_conf(const std::string& path) {
+  std::string text, error;
+  return meshrun::read_bounded_file(path, meshrun::kSlurmConfLimit, "Slurm configuration", &text, &error) ? text : "";
+}
+
 // PlugStackConfig from slurm.conf, else plugstack.conf next to it (Slurm's default).
 std::string plugstack_path(const std::map<std::string, std::string>& env) {
   auto it = env.find("SLURM_CONF");
   std::string conf = it != env.end() && !it->second.empty() ? it->second : "/etc/slurm/slurm.conf";
-  std::ifstream in(conf);
+  std::istringstream in(read_conf(conf));
   std::string line;
   while (std::getline(in, line)) {
     line = trim(line.substr(0, line.find('#')));
@@ -44,7 +52,7 @@ std::string plugstack_path(const std::map<std::string, std::string>& env) {
 
 bool plugstack_lists_meshrun(const std::string& path, std::string* evidence, int depth) {
   if (depth > 8) return false;  // include loops
-  std::ifstream in(path);
+  std::istringstream in(read_conf(path));
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {

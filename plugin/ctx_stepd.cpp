@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <vector>
 
 #include "meshrun/rank_map.hpp"
 #include "spank_state.hpp"
@@ -80,10 +81,45 @@ int stepd_user_init(spank_t sp, PluginState& st) {
   if (!cwd) cwd = job_getenv(sp, "SLURM_SUBMIT_DIR");
   shape.cwd = cwd.value_or("");
   shape.site_config = job_getenv(sp, "MESHRUN_SITE_CONFIG").value_or("");
+  // A heterogeneous step whose components put different task counts on their nodes (srun -n2 : -n4): the
+  // rank map is one block map over all of them. Say so with the sizes and a layout that fits, rather than the
+  // layout error the combined counts give ("tp=2 does not divide gpus_per_node=3").
+  auto het_size = env_int(job_getenv(sp, "SLURM_HET_SIZE"));
+  auto per_node = job_getenv(sp, "SLURM_STEP_TASKS_PER_NODE");
+  if (het_size > 1 && per_node) {
+    std::vector<TaskShape> parts;  // one per run of equal counts: "2,4" -> 2 tasks on 1 node, 4 on 1 node
+    for (size_t pos = 0; pos < per_node->size() && parts.size() < 64;) {
+      size_t end = per_node->find(',', pos);
+      if (end == std::string::npos) end = per_node->size();
+      const std::string item = per_node->substr(pos, end - pos);
+      const size_t x = item.find("(x");
+      TaskShape t;
+      t.tasks_per_node = env_int(item.substr(0, x));
+      t.nodes = x == std::string::npos ? 1 : env_int(item.substr(x + 2, item.size() - x - 3));
+      t.tasks = t.tasks_per_node * t.nodes;
+      if (t.tasks_per_node <= 0 || t.nodes <= 0) { parts.clear(); break; }
+      parts.push_back(t);
+      pos = end + 1;
+    }
+    std::string flags;
+    if (st.opts.tp) flags = "--mesh-tp=" + std::to_string(*st.opts.tp);
+    if (st.opts.pp) flags += (flags.empty() ? "" : " ") + std::string("--mesh-pp=") + std::to_string(*st.opts.pp);
+    TaskShape total;
+    if (parts.size() > 1) {
+      if (std::string why = het_shape_problem(parts, st.opts.tp.value_or(1) * st.opts.cp.value_or(1) *
+                                                         st.opts.pp.value_or(1), flags, &total, true);
+          !why.empty()) {
+        st.deferred_error = "meshrun: " + why;
+        st.deferred_step_wide = true;
+        return 0;
+      }
+    }
+  }
   StepPlan plan = plan_step(st.opts, st.args, shape);
   if (!plan.problems.empty() || !plan.layout) {
     st.deferred_error = plan.problems.empty() ? "meshrun: the step's node or task count is unknown"
                                               : plan.error_text();
+    st.deferred_step_wide = true;
     return 0;
   }
   try {
@@ -101,7 +137,19 @@ int stepd_user_init(spank_t sp, PluginState& st) {
 
 int stepd_task_init(spank_t sp, PluginState& st) {
   if (st.special_step || st.opts.off || !(st.opts.active() || st.bad_option)) return 0;
-  if (!st.deferred_error.empty()) end_task(st.deferred_error, 1);
+  // srun already said why (once, on the user's terminal) or printed the dry run: end quietly.
+  if (job_getenv(sp, kStepRefused)) {
+    slurm_info("meshrun: srun refused this step after it was created; ending the task before its command");
+    end_task("", 1);
+  }
+  if (job_getenv(sp, kStepDryRun)) end_task("", 0);
+  if (!st.deferred_error.empty()) {
+    if (st.deferred_step_wide && job_getenv(sp, "SLURM_PROCID").value_or("0") != "0") {
+      slurm_info("meshrun: ending the task: %s (rank 0 prints it)", st.deferred_error.c_str());
+      end_task("", 1);
+    }
+    end_task(st.deferred_error, 1);
+  }
   if (!st.plan || !st.node) end_task("meshrun: the step was not prepared in user_init (see the slurmd log)", 1);
   // Reached only when srun could not stop the step itself (an `optional` plugin): still run nothing.
   if (st.opts.dry_run) end_task("", 0);

@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "job_geometry.hpp"
 #include "step_plan.hpp"
 
 namespace meshrun::plugin {
@@ -12,8 +13,12 @@ std::string env_or_empty(const char* name);
 StepShape local_step_shape();
 
 // Adds nodes, tasks and GPUs per node read from this process's own command line (and, for sbatch, the
-// script's #SBATCH lines). Returns "" when added or when the shape cannot be known (the job's steps check it
-// later); otherwise the refusal, one line.
-std::string add_own_submission_shape(StepShape* shape);
+// script's #SBATCH lines; for srun inside an allocation, the SLURM_* variables srun takes its defaults from).
+// Returns "" when added (*known = true) or when the shape cannot be known (*known = false: the step checks it
+// later); otherwise the refusal, one line. `geometry` (optional) receives what was parsed.
+// A heterogeneous srun step whose components all have known shapes: *het_flags (the --mesh-* sizes, for the
+// suggestion) and `group` come from `opts`; a mismatch between components is returned as the refusal.
+std::string add_own_submission_shape(StepShape* shape, bool* known = nullptr, JobGeometry* geometry = nullptr,
+                                     const MeshOptions* opts = nullptr);
 
 }  // namespace meshrun::plugin

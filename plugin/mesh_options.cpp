@@ -3,6 +3,7 @@
 #include <charconv>
 #include <string_view>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/layout.hpp"
 
 namespace meshrun::plugin {
@@ -19,7 +20,7 @@ bool parse_size(std::string_view name, const char* arg, bool allow_auto, int* ou
   int v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < 1 || v > kMaxSize) {
-    *error = "--" + std::string(name) + "='" + std::string(s) + "' is not a valid size; use a positive integer" +
+    *error = "--" + std::string(name) + "='" + cut_value(std::string(s)) + "' is not a valid size; use a positive integer" +
              (allow_auto ? " or 'auto'" : "") + ", e.g. --" + std::string(name) + "=2";
     return false;
   }
@@ -60,7 +61,7 @@ bool set_option(MeshOptions& o, OptionId id, const char* arg, std::string* error
     case OptionId::order: {
       std::string why;
       if (!arg || !parse_order(arg, &why)) {
-        *error = "--mesh-order='" + std::string(arg ? arg : "") + "' is not a rank order (" + why +
+        *error = "--mesh-order is not a rank order (" + cut_long_values(why) +
                  "); use the five axes fastest first, e.g. --mesh-order=tp-cp-ep-dp-pp";
         return false;
       }
@@ -70,7 +71,7 @@ bool set_option(MeshOptions& o, OptionId id, const char* arg, std::string* error
     case OptionId::template_file:
       if (!arg || !*arg || arg[0] == '-') {
         // A required argument swallows the next token: "--mesh-template --wrap ..." would take "--wrap".
-        *error = "--mesh-template needs a TOML file, got '" + std::string(arg ? arg : "") +
+        *error = "--mesh-template needs a TOML file, got '" + cut_value(arg ? arg : "") +
                  "'; use --mesh-template=path/to/job.toml";
         return false;
       }

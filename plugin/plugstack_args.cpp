@@ -29,7 +29,7 @@ bool parse_plugstack_args(int ac, char** av, PlugstackArgs* out, std::string* er
     };
     if (eq == std::string_view::npos)
       return bad("arguments are key=value: default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, "
-                 "hca=rank|node, cpu_bind=numa|none, socket_ifname=IF");
+                 "hca=node|rank, cpu_bind=numa|none, socket_ifname=IF");
     if (key == "default_order") {
       std::string why;
       if (!parse_order(value, &why)) return bad(why + "; e.g. default_order=tp-cp-ep-dp-pp");
@@ -51,7 +51,7 @@ bool parse_plugstack_args(int ac, char** av, PlugstackArgs* out, std::string* er
         start = comma + 1;
       }
     } else if (key == "hca") {
-      if (value != "rank" && value != "node") return bad("use hca=rank (the rank's paired NIC) or hca=node (all)");
+      if (value != "rank" && value != "node") return bad("use hca=node (every GPU-paired NIC of the node, the default) or hca=rank (the rank's own NIC; NCCL advises against it)");
       a.hca_per_node = value == "node";
     } else if (key == "cpu_bind") {
       if (value != "numa" && value != "none") return bad("use cpu_bind=numa or cpu_bind=none");

@@ -1,6 +1,6 @@
 // Site configuration from the plugin's plugstack.conf line, e.g.
 //   required /usr/lib/x86_64-linux-gnu/slurm/spank_meshrun.so default_order=tp-cp-ep-dp-pp nccl=auto
-// Keys: default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, hca=rank|node, cpu_bind=numa|none,
+// Keys: default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, hca=node|rank, cpu_bind=numa|none,
 // socket_ifname=IF.
 // Parsed in every context (each is its own process); an unknown or malformed argument is an error.
 #pragma once
@@ -14,7 +14,8 @@ struct PlugstackArgs {
   std::string topology_xml;              // absolute path of an hwloc XML export; empty = live discovery
   bool nccl = true;                      // nccl=off: set no NCCL_* variables
   std::vector<std::string> allow_env;    // extra variable names templates may set through [env]
-  bool hca_per_node = false;             // hca=node: NCCL_IB_HCA lists every GPU-paired NIC (default: the rank's)
+  bool hca_per_node = true;              // hca=node (default): every GPU-paired NIC of the node, on every rank;
+                                         // hca=rank: only the rank's paired NIC (NCCL advises against; warned)
   bool cpu_bind = true;                  // cpu_bind=none: leave CPU affinity to Slurm
   std::string socket_ifname;             // socket_ifname=eth0: NCCL_SOCKET_IFNAME instead of the topology's guess
 };

@@ -8,7 +8,9 @@ extern "C" {
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "job_geometry.hpp"
 #include "mesh_options.hpp"
 #include "plugstack_args.hpp"
 #include "step_plan.hpp"
@@ -26,11 +28,22 @@ struct PluginState {
   // Only jobs that asked for meshrun see it: a bad remote option value counts as asking.
   std::string deferred_error;
   bool bad_option = false;
+  // The deferred error is about the whole step (its layout or shape), the same on every node: only the task of
+  // rank 0 prints it, the others end quietly, so the user reads it once.
+  bool deferred_step_wide = false;
   bool special_step = false;   // batch, extern or interactive step: not training tasks
+  bool local_verdict = false;  // srun: init_post_opt refused the step, printed its dry run, or checked it whole
+  std::vector<TaskShape> het_seen;  // srun: the components of a heterogeneous step seen by local_user_init
   std::optional<StepPlan> plan;
   std::optional<NodeSetup> node;
 };
 PluginState& plugin_state();
+
+// Markers srun puts into its environment in local_user_init when it refused the step or printed its dry run
+// there (too late to stop the step without leaving it behind); srun forwards that environment to the tasks,
+// so slurmstepd ends them before their command runs, without printing the message again.
+inline constexpr const char* kStepRefused = "MESHRUN_STEP_REFUSED";
+inline constexpr const char* kStepDryRun = "MESHRUN_STEP_DRY_RUN";
 
 // srun (S_CTX_LOCAL)
 int srun_init_post_opt(spank_t sp, PluginState& st);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/hostlist.hpp"
 
 namespace meshrun::plugin {
@@ -30,22 +31,8 @@ std::string world_message(const LayoutSpec& spec, const std::optional<Layout>& l
 
 std::string StepPlan::error_text() const {
   std::string s;
-  for (const auto& p : problems) s += (s.empty() ? "" : "\n") + std::string("meshrun: ") + p.message;
+  for (const auto& p : problems) s += (s.empty() ? "" : "\n") + std::string("meshrun: ") + cut_long_values(p.message);
   return s;
-}
-
-std::vector<ConfigRequest::Flag> option_flags(const MeshOptions& o) {
-  std::vector<ConfigRequest::Flag> f;
-  auto num = [&](const std::optional<int>& v, const char* key, const char* flag) {
-    if (v) f.push_back({key, std::to_string(*v), flag});
-  };
-  num(o.tp, "parallel.tp", "--mesh-tp");
-  num(o.cp, "parallel.cp", "--mesh-cp");
-  num(o.pp, "parallel.pp", "--mesh-pp");
-  if (o.dp) f.push_back({"parallel.dp", *o.dp == 0 ? "auto" : std::to_string(*o.dp), "--mesh-dp"});
-  num(o.ep, "parallel.ep", "--mesh-ep");
-  if (o.order) f.push_back({"parallel.order", *o.order, "--mesh-order"});
-  return f;
 }
 
 std::string resolve_template(const std::string& path, const std::string& cwd) {
@@ -65,8 +52,20 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
     if (!args.default_order.empty() && !plan.config.origins.count("parallel.order"))
       apply_value(plan.config, "parallel.order", args.default_order,
                   Origin{SourceKind::site, "plugstack.conf default_order"});
-    for (const auto& f : option_flags(opts))
-      apply_value(plan.config, f.key, f.value, Origin{SourceKind::flag, f.flag + "=" + f.value});
+    // The options stay typed from parsing to the layout (no text round trip); the origin shows the flag.
+    auto put = [&](const std::optional<int>& v, const char* key, const char* flag) {
+      if (v) apply_int(plan.config, key, *v, Origin{SourceKind::flag, std::string(flag) + "=" + std::to_string(*v)});
+    };
+    put(opts.tp, "parallel.tp", "--mesh-tp");
+    put(opts.cp, "parallel.cp", "--mesh-cp");
+    put(opts.pp, "parallel.pp", "--mesh-pp");
+    put(opts.ep, "parallel.ep", "--mesh-ep");
+    if (opts.dp && *opts.dp == 0)  // 0 = auto
+      apply_value(plan.config, "parallel.dp", "auto", Origin{SourceKind::flag, "--mesh-dp=auto"});
+    else
+      put(opts.dp, "parallel.dp", "--mesh-dp");
+    if (opts.order)
+      apply_value(plan.config, "parallel.order", *opts.order, Origin{SourceKind::flag, "--mesh-order=" + *opts.order});
     if (shape.nodes > 0) {
       apply_value(plan.config, "cluster.nodes", std::to_string(shape.nodes), Origin{SourceKind::environment, "Slurm nodes"});
       // The template's hostlist describes another cluster; use the step's when it names exactly its nodes.

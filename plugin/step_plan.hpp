@@ -36,9 +36,6 @@ struct StepPlan {
 // placeholder, not the user's model).
 StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const StepShape& shape);
 
-// The options as config flags ("parallel.tp" = "2", from "--mesh-tp"), for the layered config.
-std::vector<ConfigRequest::Flag> option_flags(const MeshOptions& opts);
-
 // The template path the user meant: absolute, or relative to `cwd`.
 std::string resolve_template(const std::string& path, const std::string& cwd);
 

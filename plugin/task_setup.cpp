@@ -18,10 +18,7 @@ NodeSetup load_node_setup(const PlugstackArgs& args, const NodeType& node_type) 
 
 TaskEnv task_environment(const RankMap& map, const NodeSetup& node, const std::map<std::string, std::string>& env,
                          const CpuSet& allowed, const std::map<std::string, std::string>& extra_env) {
-  TaskContext ctx = task_context_from_slurm(env);
-  ctx.allowed_cpus = allowed;
-  GpuAllocation gpus = gpu_allocation_from_slurm(env);
-  return compute_task_env(map, ctx, node.topology, gpus, node.policy, extra_env);
+  return task_env_from_slurm(map, env, node.topology, node.policy, extra_env, allowed);
 }
 
 }  // namespace meshrun::plugin

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/layout.hpp"
 
 namespace meshrun {
@@ -41,7 +42,7 @@ std::optional<AxisOrder> parse_order(std::string_view text, std::string* error) 
     for (auto& [n, a] : names) {
       if (word == n) {
         if (std::find(seen.begin(), seen.end(), a) != seen.end()) {
-          *error = "axis '" + word + "' appears twice in order '" + std::string(text) +
+          *error = "axis '" + cut_value(word) + "' appears twice in order '" + cut_value(std::string(text)) +
                    "'; name each of tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp";
           return false;
         }
@@ -50,7 +51,7 @@ std::optional<AxisOrder> parse_order(std::string_view text, std::string* error) 
         return true;
       }
     }
-    *error = "unknown axis '" + word + "' in order '" + std::string(text) +
+    *error = "unknown axis '" + cut_value(word) + "' in order '" + cut_value(std::string(text)) +
              "'; axes are tp, cp, ep, dp, pp (leftmost varies fastest), e.g. tp-cp-ep-dp-pp";
     return false;
   };
@@ -73,7 +74,7 @@ std::optional<AxisOrder> parse_order(std::string_view text, std::string* error) 
     std::string missing;
     for (Axis a : {Axis::tp, Axis::cp, Axis::ep, Axis::dp, Axis::pp})
       if (std::find(seen.begin(), seen.end(), a) == seen.end()) missing += std::string(missing.empty() ? "" : ", ") + axis_name(a);
-    *error = "order '" + std::string(text) + "' does not name " + missing +
+    *error = "order '" + cut_value(std::string(text)) + "' does not name " + missing +
              "; name all five axes (ep may be left out), e.g. tp-cp-ep-dp-pp";
     return std::nullopt;
   }

@@ -1,6 +1,7 @@
 // The configuration schema and its layers. One table of keys drives TOML parsing, --set, flags,
 // did-you-mean suggestions and the dry run's source column.
 #include "meshrun/config.hpp"
+#include "meshrun/bounded_file.hpp"
 
 #include <toml++/toml.h>
 
@@ -130,7 +131,7 @@ std::vector<Field> make_schema() {
   add(choose(field("site.nccl", &JobConfig::site, &SiteSpec::nccl, V::string, "site: NCCL variables from the topology"), {"auto", "off"}));
   add(field("site.allow_env", &JobConfig::site, &SiteSpec::allow_env, V::string, "site: extra [env] names a template may set"));
   add(field("site.socket_ifname", &JobConfig::site, &SiteSpec::socket_ifname, V::string, "site: NCCL_SOCKET_IFNAME"));
-  add(choose(field("site.hca_scope", &JobConfig::site, &SiteSpec::hca_scope, V::string, "site: NCCL_IB_HCA per rank or per node"), {"rank", "node"}));
+  add(choose(field("site.hca_scope", &JobConfig::site, &SiteSpec::hca_scope, V::string, "site: NCCL_IB_HCA per node (default) or per rank (warned)"), {"node", "rank"}));
   add(choose(field("site.cpu_bind", &JobConfig::site, &SiteSpec::cpu_bind, V::string, "site: CPU binding"), {"numa", "none"}));
   add(at_least(field("site.port_base", &JobConfig::site, &SiteSpec::port_base, V::integer, "site: MASTER_PORT range start"), 1024));
   return f;
@@ -463,15 +464,23 @@ void apply_toml_text(Config& cfg, std::string_view text, const std::string& sour
 }
 
 void apply_toml_file(Config& cfg, const std::string& path, SourceKind kind) {
-  std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec))
-    throw ConfigError(path + ": cannot read the " + std::string(kind == SourceKind::site ? "site file" : "template") +
-                      " (" + (std::filesystem::exists(path, ec) ? "not a readable file" : "no such file") +
-                      "); check the path");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  apply_toml_text(cfg, ss.str(), path, kind);
+  // A regular file of at most 1 MiB: /dev/zero or a FIFO must not hang or exhaust a login node.
+  std::string text, error;
+  if (!read_bounded_file(path, kTemplateFileLimit, kind == SourceKind::site ? "site file" : "template", &text, &error))
+    throw ConfigError(error);
+  apply_toml_text(cfg, text, path, kind);
+}
+
+void apply_int(Config& cfg, const std::string& key, int64_t value, const Origin& origin) {
+  std::string prefix = origin.where.empty() ? key : origin.where;
+  if (key.rfind("site.", 0) == 0 && origin.kind != SourceKind::site) throw ConfigError(prefix + ": " + site_only_message());
+  const Field* f = find_field(key);
+  if (!f) throw ConfigError(prefix + ": unknown key '" + key + "'; keys are section.name, e.g. parallel.tp");
+  JobConfig next = cfg.job;
+  std::string err = store(next, *f, Scalar::of_int(value));
+  if (!err.empty()) throw ConfigError(prefix + ": " + err);
+  cfg.job = std::move(next);
+  cfg.origins[key] = origin;
 }
 
 void apply_value(Config& cfg, const std::string& key, std::string_view value, const Origin& origin) {

@@ -6,7 +6,7 @@ EnvInputs env_inputs(const Config& cfg) {
   EnvInputs in;
   const SiteSpec& site = cfg.job.site;
   in.policy.nccl = site.nccl == "off" ? EnvPolicy::Nccl::off : EnvPolicy::Nccl::automatic;
-  in.policy.hca_scope = site.hca_scope == "node" ? EnvPolicy::HcaScope::node : EnvPolicy::HcaScope::rank;
+  in.policy.hca_scope = site.hca_scope == "rank" ? EnvPolicy::HcaScope::rank : EnvPolicy::HcaScope::node;
   in.policy.cpu_bind = site.cpu_bind == "none" ? EnvPolicy::CpuBind::none : EnvPolicy::CpuBind::numa;
   in.policy.socket_ifname = site.socket_ifname;
   in.policy.port_base = site.port_base;

@@ -172,10 +172,9 @@ void nccl_vars(const RankMap& map, const NodeTopology& topo, const EnvPolicy& po
   std::vector<std::string> hcas;
   if (policy.hca_scope == EnvPolicy::HcaScope::rank) {
     hcas.push_back(topo.nics[nic].name);
+    env.warnings.push_back(hca_rank_warning());
   } else {
-    std::set<int> paired(topo.nic_of_gpu.begin(), topo.nic_of_gpu.end());
-    for (int n : paired)
-      if (n >= 0 && n < static_cast<int>(topo.nics.size())) hcas.push_back(topo.nics[n].name);
+    hcas = node_hca_list(topo);  // one list for every rank of the node (NVIDIA/nccl#1478)
   }
   vars.set("NCCL_IB_HCA", "=" + join(hcas));  // '=': exact names (mlx5_1 would also match mlx5_10..19)
   vars.set("MESHRUN_NIC", topo.nics[nic].name);
@@ -203,6 +202,12 @@ const std::string* TaskEnv::get(const std::string& name) const {
   return nullptr;
 }
 
+std::string hca_rank_warning() {
+  return "hca_scope = rank sets a different NCCL_IB_HCA on each rank of a node; NCCL's maintainers say not to "
+         "(NVIDIA/nccl#1478: ring construction across the node's ranks breaks) and NCCL pairs GPUs with their "
+         "nearest NIC itself: use hca_scope = node (the default; MESHRUN_NIC still names each rank's NIC)";
+}
+
 int master_port(uint32_t job_id, uint32_t step_id, const EnvPolicy& p) {
   if (p.port_base < 1024 || p.port_jobs < 1 || p.port_steps < 1 ||
       static_cast<long>(p.port_base) + static_cast<long>(p.port_jobs) * p.port_steps > 32768)
@@ -228,8 +233,8 @@ std::string check_extra_var(const std::string& name, const EnvPolicy& policy) {
   return "";
 }
 
-std::vector<std::pair<std::string, std::string>> layout_env(const Layout& l, int rank) {
-  const Coord c = RankGrid(l).coords(rank);
+namespace {
+std::vector<std::pair<std::string, std::string>> layout_vars(const Layout& l, const Coord& c) {
   const std::pair<const char*, std::pair<int, int>> axes[] = {
       {"TP", {c.tp, l.tp}}, {"CP", {c.cp, l.cp}}, {"PP", {c.pp, l.pp}}, {"DP", {c.dp, l.dp}}, {"EP", {c.ep, l.ep}}};
   std::vector<std::pair<std::string, std::string>> out;
@@ -242,6 +247,15 @@ std::vector<std::pair<std::string, std::string>> layout_env(const Layout& l, int
                                          std::to_string(l.ep));
   out.emplace_back("MESHRUN_ORDER", l.order.str());
   return out;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> layout_env(const Layout& l, int rank) {
+  return layout_vars(l, RankGrid(l).coords(rank));
+}
+
+std::vector<std::pair<std::string, std::string>> layout_env(const RankMap& map, int rank) {
+  return layout_vars(map.layout(), map.coords(rank));
 }
 
 TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeTopology& topo,
@@ -278,7 +292,7 @@ TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeT
   vars.set("MASTER_PORT", master_port(ctx.job_id, ctx.step_id, policy));
 
   // The layout and this rank's coordinates.
-  for (const auto& [name, value] : layout_env(map.layout(), ctx.rank)) vars.set(name, value);
+  for (const auto& [name, value] : layout_env(map, ctx.rank)) vars.set(name, value);
 
   if (!topo.gpus.empty() || (gpus.managed && !gpus.step_gpus.empty())) {
     place_gpu(ctx, topo, gpus, env, vars);

@@ -63,6 +63,58 @@ std::optional<std::vector<int>> id_list(const std::string& text) {
   return set->cpus;
 }
 
+std::string cut(const std::string& v) { return v.size() > 60 ? v.substr(0, 60) + "…" : v; }
+
+// The rank map is Slurm's block distribution with the same task count on every node. Every task of the step
+// checks the step-wide facts (so all of them refuse together, never a partial launch): the distribution, the
+// task count of every node, and that this node's global task ids are one consecutive block.
+void check_block_placement(const std::map<std::string, std::string>& env, const TaskContext& ctx) {
+  if (const std::string* d = find(env, "SLURM_DISTRIBUTION")) {
+    const std::string node_part = d->substr(0, d->find_first_of(":,"));
+    if (!node_part.empty() && node_part != "block" && node_part != "*")
+      throw TaskEnvError("SLURM_DISTRIBUTION=" + cut(*d) + " places tasks on nodes out of rank order; meshrun's "
+                         "rank map is Slurm's block distribution: use --distribution=block (the default)");
+  }
+  for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    const std::string* v = find(env, name);
+    if (!v) continue;
+    // "2(x3),1": every item's count before "(x" must be the same.
+    long long first = -1;
+    for (size_t pos = 0; pos < v->size();) {
+      size_t end = v->find(',', pos);
+      if (end == std::string::npos) end = v->size();
+      const std::string item = v->substr(pos, std::min(end, v->find("(x", pos)) - pos);
+      long long n = 0;
+      if (!to_long(item, &n)) break;  // malformed: the local count check reports it
+      if (first >= 0 && n != first)
+        throw TaskEnvError(std::string(name) + "=" + cut(*v) + ": the step's nodes run different task counts; "
+                           "meshrun places ranks in equal blocks per node: use --ntasks-per-node");
+      first = n;
+      pos = end + 1;
+    }
+    break;
+  }
+  if (const std::string* g = find(env, "SLURM_GTIDS")) {
+    auto ids = id_list(*g);
+    if (ids && !ids->empty()) {
+      std::vector<int> listed;  // id_list sorts; compare with the order Slurm wrote
+      for (size_t pos = 0; pos <= g->size();) {
+        size_t comma = g->find(',', pos);
+        long long x = 0;
+        if (!to_long(g->substr(pos, comma == std::string::npos ? std::string::npos : comma - pos), &x)) break;
+        listed.push_back(static_cast<int>(x));
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+      for (size_t i = 1; i < listed.size(); ++i)
+        if (listed[i] != listed[i - 1] + 1)
+          throw TaskEnvError("this node runs tasks " + cut(*g) + " (SLURM_GTIDS), not one consecutive block; "
+                             "meshrun's rank map is Slurm's block distribution: use --distribution=block");
+    }
+  }
+  (void)ctx;
+}
+
 }  // namespace
 
 TaskContext task_context_from_slurm(const std::map<std::string, std::string>& env) {
@@ -82,6 +134,8 @@ TaskContext task_context_from_slurm(const std::map<std::string, std::string>& en
   if (ctx.local_world <= ctx.local_rank)
     throw TaskEnvError("cannot tell how many tasks run on this node (SLURM_STEP_TASKS_PER_NODE missing or "
                        "malformed); launch with srun --ntasks-per-node=N");
+
+  check_block_placement(env, ctx);
 
   for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
     const std::string* v = find(env, name);
@@ -143,6 +197,18 @@ GpuAllocation gpu_allocation_from_slurm(const std::map<std::string, std::string>
     a.constrained = own != *visible;
   }
   return a;
+}
+
+}  // namespace meshrun
+
+namespace meshrun {
+
+TaskEnv task_env_from_slurm(const RankMap& map, const std::map<std::string, std::string>& slurm_env,
+                            const NodeTopology& topo, const EnvPolicy& policy,
+                            const std::map<std::string, std::string>& extra_env, const CpuSet& allowed_cpus) {
+  TaskContext ctx = task_context_from_slurm(slurm_env);
+  ctx.allowed_cpus = allowed_cpus;
+  return compute_task_env(map, ctx, topo, gpu_allocation_from_slurm(slurm_env), policy, extra_env);
 }
 
 }  // namespace meshrun

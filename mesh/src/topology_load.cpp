@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/topology.hpp"
 #include "nvml_query.hpp"
 #include "topology_nvlink.hpp"
@@ -108,13 +109,16 @@ NodeTopology load_topology(const TopologyRequest& req) {
   hwloc_topology_set_icache_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_NONE);
   hwloc_topology_set_flags(h.t, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING | HWLOC_TOPOLOGY_FLAG_NO_MEMATTRS |
                                     HWLOC_TOPOLOGY_FLAG_NO_CPUKINDS);
+  std::string xml_text;  // must outlive hwloc_topology_load
   if (xml) {
-    if (access(req.xml_path.c_str(), R_OK) != 0)
-      throw TopologyError("cannot read topology XML '" + req.xml_path + "': " + std::strerror(errno) +
-                          "; pass an hwloc export (lstopo --of xml FILE)");
+    // Read here (a regular file of at most 64 MiB) and hand hwloc the buffer: hwloc itself would open a FIFO
+    // and block, or read /dev/zero without end.
+    std::string error;
+    if (!read_bounded_file(req.xml_path, kTopologyXmlLimit, "topology XML", &xml_text, &error))
+      throw TopologyError(error + " (an hwloc export: lstopo --of xml FILE)");
     // Keep every I/O object the file has (the default filter would drop them all on import).
     hwloc_topology_set_io_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_ALL);
-    if (hwloc_topology_set_xml(h.t, req.xml_path.c_str()) != 0)
+    if (hwloc_topology_set_xmlbuffer(h.t, xml_text.c_str(), static_cast<int>(xml_text.size() + 1)) != 0)
       throw TopologyError("'" + req.xml_path + "' is not an hwloc XML topology; export one with lstopo --of xml");
   } else {
     hwloc_topology_set_io_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);

@@ -99,4 +99,14 @@ NvlinkInfo nvlink_from_node_type(const NodeType& type, int gpus) {
   return info;
 }
 
+std::vector<std::string> node_hca_list(const NodeTopology& topo) {
+  std::vector<bool> paired(topo.nics.size(), false);
+  for (int n : topo.nic_of_gpu)
+    if (n >= 0 && n < static_cast<int>(topo.nics.size())) paired[static_cast<size_t>(n)] = true;
+  std::vector<std::string> out;
+  for (size_t n = 0; n < topo.nics.size(); ++n)
+    if (paired[n]) out.push_back(topo.nics[n].name);
+  return out;
+}
+
 }  // namespace meshrun

@@ -96,6 +96,11 @@ std::string topology_table(const NodeTopology& t) {
   out += "\nPairing:";
   for (size_t g = 0; g < t.gpus.size(); ++g)
     out += " GPU" + std::to_string(g) + "->" + (nic_of(t, g).empty() ? "-" : nic_of(t, g));
+  const std::vector<std::string> hcas = node_hca_list(t);
+  if (!hcas.empty()) {
+    out += "\nNCCL_IB_HCA (every rank of this node): =";
+    for (size_t i = 0; i < hcas.size(); ++i) out += (i ? "," : "") + hcas[i];
+  }
   return out + "\n";
 }
 
@@ -119,6 +124,9 @@ std::string topology_json(const NodeTopology& t) {
   for (const auto& x : t.nics)
     w.begin_object().field("name", x.name).field("pci", x.pci).field("netdev", x.netdev).field("link", x.link)
         .field("numa", x.numa).field("cpuset", x.cpus.str()).field("port_state", x.port_state).end_object();
+  w.end_array();
+  w.key("nccl_ib_hca").begin_array();
+  for (const auto& h : node_hca_list(t)) w.value(h);
   w.end_array();
   w.key("eth_netdevs").begin_array();
   for (const auto& e : t.eth_netdevs) w.value(e);

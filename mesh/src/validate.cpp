@@ -5,6 +5,7 @@
 #include "meshrun/geometry.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/schedule.hpp"
+#include "meshrun/task_env.hpp"
 
 namespace meshrun {
 namespace {
@@ -150,6 +151,7 @@ std::vector<std::string> layout_warnings(const JobConfig& cfg, const Layout& l, 
   if (cluster.nvlink_domain_gpus <= 1 && l.tp > 1)
     w.push_back("tp=" + s(l.tp) + " runs over PCIe: node type '" + cluster.type.name +
                 "' has no NVLink; expect TP all-reduces to dominate");
+  if (cfg.site.hca_scope == "rank") w.push_back(hca_rank_warning());
   if (cfg.model.experts > 0 && l.ep == 1)
     w.push_back("MoE model with ep = 1: every rank holds all " + s(cfg.model.experts) + " experts");
   return w;

@@ -135,6 +135,12 @@ TEST_CASE("hostlists expand like Slurm's", "[hostlist]") {
 #include "meshrun/site_policy.hpp"
 
 TEST_CASE("site policy comes only from the site file", "[config][site]") {
+  Config plain;
+  REQUIRE(plain.job.site.hca_scope == "node");  // one NCCL_IB_HCA per node unless the site chooses rank
+  REQUIRE(env_inputs(plain).policy.hca_scope == EnvPolicy::HcaScope::node);
+  Config ranked;
+  apply_toml_text(ranked, "[site]\nhca_scope = \"rank\"\n", "site.toml", SourceKind::site);
+  REQUIRE(env_inputs(ranked).policy.hca_scope == EnvPolicy::HcaScope::rank);
   Config cfg;
   apply_toml_text(cfg,
                   "[site]\nnccl = \"off\"\nallow_env = \"MY_*, WANDB_PROJECT\"\nhca_scope = \"node\"\n"
@@ -154,4 +160,64 @@ TEST_CASE("site policy comes only from the site file", "[config][site]") {
   SECTION("nor can --set") {
     REQUIRE_THROWS_WITH(apply_set(cfg, "site.nccl=auto"), Catch::Contains("can only be set in the site file"));
   }
+}
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "meshrun/bounded_file.hpp"
+
+TEST_CASE("files from user input: regular files only, limits by kind, long values cut", "[config][files]") {
+  std::string text, err;
+  CHECK_FALSE(read_bounded_file("/dev/zero", kTemplateFileLimit, "template", &text, &err));
+  CHECK(err == "/dev/zero: the template is a character device, not a regular file; give the path of a file");
+  CHECK(text.empty());
+  const std::string dir = (std::filesystem::temp_directory_path() / ("meshrun-files-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/t.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_FALSE(read_bounded_file(fifo, kTemplateFileLimit, "template", &text, &err));  // returns, never blocks
+  CHECK_THAT(err, Catch::Contains("is a FIFO, not a regular file"));
+  CHECK_FALSE(read_bounded_file(dir, kTemplateFileLimit, "site file", &text, &err));
+  CHECK_THAT(err, Catch::Contains("the site file is a directory"));
+  const std::string big = dir + "/big.toml";
+  {
+    std::FILE* f = std::fopen(big.c_str(), "w");
+    REQUIRE(f);
+    std::string chunk(1 << 20, '#');
+    std::fwrite(chunk.data(), 1, chunk.size(), f);
+    std::fputc('\n', f);  // 1 MiB + 1 byte
+    std::fclose(f);
+  }
+  CHECK_FALSE(read_bounded_file(big, kTemplateFileLimit, "template", &text, &err));
+  CHECK_THAT(err, Catch::Contains("larger than 1 MiB"));
+  REQUIRE(read_bounded_file(big, kTopologyXmlLimit, "topology XML", &text, &err));  // 64 MiB for XML
+  CHECK(text.size() == (1u << 20) + 1);
+  CHECK(check_regular_file(big, "token file", &err));
+  CHECK_FALSE(check_regular_file(fifo, "token file", &err));
+  Config cfg;
+  CHECK_THROWS_WITH(apply_toml_file(cfg, fifo, SourceKind::template_file), Catch::Contains("FIFO"));
+  std::filesystem::remove_all(dir);
+
+  const std::string huge(10000, 'x');
+  CHECK(cut_value(huge) == std::string(60, 'x') + "…");
+  CHECK(cut_value("short") == "short");
+  const std::string cut = cut_long_values("--mesh-tp='" + huge + "' is not a valid size");
+  CHECK(cut == "--mesh-tp='" + std::string(60, 'x') + "…' is not a valid size");
+  const std::string path = "/a/" + std::string(100, 'p') + "/missing.toml";  // paths keep up to 200
+  CHECK(cut_long_values(path + ": no such file") == path + ": no such file");
+  CHECK_THROWS_WITH(apply_set(cfg, "parallel.tp=" + huge), !Catch::Contains(std::string(61, 'x')));
+}
+
+TEST_CASE("typed values: an option parsed to an integer is stored without a text round trip", "[config]") {
+  Config cfg;
+  apply_int(cfg, "parallel.tp", 4, Origin{SourceKind::flag, "--mesh-tp=4"});
+  CHECK(cfg.job.parallel.tp == 4);
+  CHECK(cfg.origin_of("parallel.tp").str() == Origin{SourceKind::flag, "--mesh-tp=4"}.str());
+  CHECK_THROWS_AS(apply_int(cfg, "parallel.nope", 1, Origin{SourceKind::flag, "--x=1"}), ConfigError);
+  CHECK_THROWS_AS(apply_int(cfg, "model.mlp", 1, Origin{SourceKind::flag, "--x=1"}), ConfigError);  // a string key
+  CHECK_THROWS_AS(apply_int(cfg, "site.port_base", 1, Origin{SourceKind::flag, "--x=1"}), ConfigError);
 }

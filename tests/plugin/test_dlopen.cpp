@@ -44,6 +44,7 @@ const char* spank_strerror(spank_err_t) { return "fake"; }
 spank_err_t spank_get_item(spank_t, spank_item_t, ...) { return ESPANK_NOT_AVAIL; }
 spank_err_t spank_getenv(spank_t, const char*, char*, int) { return ESPANK_ENV_NOEXIST; }
 spank_err_t spank_setenv(spank_t, const char*, const char*, int) { return ESPANK_ERROR; }
+spank_err_t spank_job_control_setenv(spank_t, const char*, const char*, int) { return ESPANK_ERROR; }
 void slurm_error(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -87,11 +87,13 @@ TEST_CASE("plugstack arguments") {
   CHECK(a.nccl);
   CHECK(a.allow_env.empty());
   CHECK(a.cpu_bind);
+  CHECK(a.hca_per_node);  // one NCCL_IB_HCA per node unless the site says otherwise (NVIDIA/nccl#1478)
+  REQUIRE(parse({"hca=rank", "cpu_bind=none", "socket_ifname=^docker,lo"}, &a, &err));
   CHECK_FALSE(a.hca_per_node);
-  REQUIRE(parse({"hca=node", "cpu_bind=none", "socket_ifname=^docker,lo"}, &a, &err));
-  CHECK(a.hca_per_node);
   CHECK_FALSE(a.cpu_bind);
   CHECK(a.socket_ifname == "^docker,lo");
+  REQUIRE(parse({"hca=node"}, &a, &err));
+  CHECK(a.hca_per_node);
 }
 
 TEST_CASE("unknown or malformed plugstack arguments fail with the argument named") {
@@ -99,7 +101,7 @@ TEST_CASE("unknown or malformed plugstack arguments fail with the argument named
   for (auto c : {Case{"colour=blue", "unknown key 'colour'"}, Case{"nccl=maybe", "nccl=auto or nccl=off"},
                  Case{"topology_xml=node.xml", "absolute path"}, Case{"default_order=tp-zz", "default_order"},
                  Case{"allow_env=OK,bad-name", "allow_env"}, Case{"verbose", "key=value"},
-                 Case{"hca=all", "hca=rank"}, Case{"cpu_bind=cores", "cpu_bind=numa"}, Case{"socket_ifname=", "interface"}}) {
+                 Case{"hca=all", "hca=node"}, Case{"cpu_bind=cores", "cpu_bind=numa"}, Case{"socket_ifname=", "interface"}}) {
     PlugstackArgs a;
     std::string err;
     CHECK_FALSE(parse({c.arg}, &a, &err));

@@ -100,6 +100,35 @@ case $NAME in
     printf '[parallel]\ntp = 2\ntensor = 4\n' >bad.toml
     expect_refused 'bad.toml' sbatch -N 1 --ntasks-per-node=2 --mesh-template=bad.toml --wrap true
     expect_refused 'missing.toml' srun -N 1 -n 2 --mesh-template=missing.toml true
+    # The relative path is made absolute at submission: a script that changes directory still finds it.
+    mkdir -p elsewhere
+    id=$(submit -N 1 --ntasks-per-node=2 --mesh-template=job.toml --wrap 'cd elsewhere && srun printenv MESHRUN_TP_SIZE')
+    [ "$(grep -c '^2$' "job-$id.out")" = 2 ] || fail "relative template lost after cd in the script: $(cat job-$id.out)"
+    out=$(cd elsewhere && T salloc -N 1 -n 2 --mesh-template=../job.toml bash -c 'cd / && srun printenv MESHRUN_TP_SIZE' 2>&1)
+    [ "$(echo "$out" | grep -c '^2$')" = 2 ] || fail "salloc: relative template lost after cd: $out"
+    ;;
+
+  bad_files_refused)
+    # Templates must be regular files of at most 1 MiB: /dev/zero grew sbatch to 3.9 GB and never returned, a
+    # FIFO hung. Memory-capped so a regression fails instead of exhausting the machine; timeouts bound hangs.
+    mkfifo fifo.toml
+    head -c 2000000 /dev/zero | tr '\0' '#' >big.toml
+    for f in /dev/zero "$WORK/fifo.toml" "$WORK/big.toml" "$WORK"; do
+      out=$( (ulimit -v 1000000; LIMIT=20 T sbatch -N 1 --mesh-template="$f" --wrap true) 2>&1); rc=$?
+      [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "sbatch --mesh-template=$f: rc=$rc (124 = hung): $out"
+      echo "$out" | grep -Eq 'not a regular file|larger than 1 MiB' || fail "sbatch --mesh-template=$f: no clear line: $out"
+      echo "$out" | grep -q 'Submitted' && fail "a job was submitted with --mesh-template=$f"
+      out=$( (ulimit -v 1000000; LIMIT=20 T srun -N 1 --mesh-template="$f" true) 2>&1); rc=$?
+      [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "srun --mesh-template=$f: rc=$rc: $out"
+      say "refused: --mesh-template=$f -> $(echo "$out" | grep -m1 -o 'meshrun: .*')"
+    done
+    # A 10,000-character bad value is cut to 60 characters and "…" in meshrun's line.
+    long=$(head -c 10000 /dev/zero | tr '\0' 'x')
+    out=$(T sbatch -N 1 --mesh-order="$long" --wrap true 2>&1)
+    line=$(echo "$out" | grep 'meshrun:')
+    [ -n "$line" ] || fail "no meshrun line for a long --mesh-order: $(echo "$out" | head -c 300)"
+    [ ${#line} -lt 400 ] || fail "meshrun echoed the long value (${#line} characters)"
+    echo "$line" | grep -q '…' || fail "no '…' in the cut value: $line"
     ;;
 
   sbatch_directives)
@@ -134,6 +163,21 @@ EOS
     compare dump.txt
     [ "$(grep -o 'MASTER_ADDR=[^ ]*' dump.txt | sort -u | wc -l)" = 1 ] || fail "components disagree on MASTER_ADDR"
     [ "$(grep -o 'MASTER_PORT=[^ ]*' dump.txt | sort -u | wc -l)" = 1 ] || fail "components disagree on MASTER_PORT"
+    # Unequal components (the issue: every task failed with "tp=2 does not divide gpus_per_node=3; use tp in
+    # {1, 3}", a fix that fails too, printed once per task): one line naming the sizes, nothing runs.
+    out=$(T srun -n 2 --mesh-tp=2 touch "$WORK/ran" : -n 4 touch "$WORK/ran" 2>&1)
+    echo "$out"
+    [ "$(echo "$out" | grep -c 'meshrun: ')" = 1 ] || fail "unequal het step: not exactly one meshrun line: $out"
+    echo "$out" | grep -q 'meshrun: a heterogeneous step whose nodes run 2 and 4 tasks' || fail "no sizes named: $out"
+    echo "$out" | grep -q 'does not divide' && fail "the misleading tp message is back: $out"
+    # With the node counts on the command line srun refuses before the step, naming a layout that fits ...
+    expect_refused 'e.g. srun -N1 --ntasks-per-node=2 --mesh-tp=2 : -N2 --ntasks-per-node=2 (6 ranks' \
+      srun -N 1 -n 2 --mesh-tp=2 touch "$WORK/ran" : -N 1 -n 4 touch "$WORK/ran"
+    sleep 1
+    [ ! -e "$WORK/ran" ] || fail "a task of an unequal het step ran"
+    # ... and that layout runs.
+    out=$(T srun -N1 --ntasks-per-node=2 --mesh-tp=2 printenv MESHRUN_LAYOUT : -N2 --ntasks-per-node=2 printenv MESHRUN_LAYOUT 2>&1)
+    [ "$(echo "$out" | grep -c '^tp=2,cp=1,pp=1,dp=3,ep=1$')" = 6 ] || fail "the suggested het layout does not run: $out"
     ;;
 
   bad_layouts_refused)
@@ -152,7 +196,7 @@ EOS
     expect_refused 'mesh-template needs a TOML file' srun -N 1 --mesh-template --label true
     expect_refused 'does not look like a batch script' sbatch -N 1 --mesh-template --wrap true
     expect_refused 'do not spread evenly' sbatch -N 3 -n 8 --mesh-tp=2 --wrap true
-    # Inside an allocation srun's step is checked in local_user_init, from the step's own counts.
+    # Inside an allocation srun's step is checked in init_post_opt, from its arguments and SLURM_* variables.
     id=$(submit -N 2 --ntasks-per-node=2 --wrap 'srun --mesh-tp=4 true; echo "srun rc=$?"')
     grep -q 'meshrun: tp=4 spans more than one node' "job-$id.out" || fail "in-job srun not refused: $(cat job-$id.out)"
     grep -q 'srun rc=[1-9]' "job-$id.out" || fail "in-job srun returned 0: $(cat job-$id.out)"
@@ -195,15 +239,29 @@ EOS
     ;;
 
   remote_failure_fails_task)
-    # Cyclic distribution breaks the block placement the map assumes; only the node side can see it. The
-    # task must fail with the message (srun rc != 0), in srun and in a batch job, and drain nothing.
-    out=$(T srun -N 2 -n 4 --distribution=cyclic --mesh-tp=2 true 2>&1); rc=$?
+    # A cyclic distribution breaks the block placement the map assumes. srun refuses the whole step before it
+    # exists, with one line naming the supported distribution; no task runs (the issue: ranks 0 and 3 ran and
+    # kept running without --kill-on-bad-exit). Inside a batch job too, and from SLURM_DISTRIBUTION.
+    expect_refused 'use --distribution=block' srun -N 2 --ntasks-per-node=2 --distribution=cyclic --mesh-tp=2 touch "$WORK/ran"
+    out=$(T srun -N 2 --ntasks-per-node=2 --distribution=cyclic --mesh-tp=2 touch "$WORK/ran" 2>&1)
+    [ "$(echo "$out" | grep -c 'meshrun: ')" = 1 ] || fail "cyclic: not exactly one meshrun line: $out"
+    id=$(submit -N 2 --ntasks-per-node=2 --mesh-tp=2 --wrap "srun --distribution=cyclic touch $WORK/ran; echo \"srun rc=\$?\"
+      SLURM_DISTRIBUTION=cyclic srun touch $WORK/ran; echo \"env srun rc=\$?\"")
+    cat "job-$id.out"
+    grep -q 'meshrun: --distribution=cyclic places tasks' "job-$id.out" || fail "batch job output lacks the message: $(cat job-$id.out)"
+    grep -q 'meshrun: SLURM_DISTRIBUTION=cyclic places tasks' "job-$id.out" || fail "SLURM_DISTRIBUTION not checked: $(cat job-$id.out)"
+    grep -q '^srun rc=[1-9]' "job-$id.out" || fail "srun inside the batch job returned 0"
+    grep -q '^env srun rc=[1-9]' "job-$id.out" || fail "srun with SLURM_DISTRIBUTION=cyclic returned 0"
+    sleep 1
+    [ ! -e "$WORK/ran" ] || fail "a task of a cyclic step ran its command (partial launch)"
+    # Tasks Slurm spread unevenly (srun -N2 -n4 packs 3 + 1 here): the node side sees it; every task fails,
+    # not only those of the node with the odd count.
+    out=$(T srun -N 2 -n 4 --mesh-tp=2 touch "$WORK/ran" 2>&1); rc=$?
     echo "$out"
-    [ $rc -ne 0 ] || fail "cyclic placement accepted (rc=0)"
-    echo "$out" | grep -q 'meshrun: ' || fail "no meshrun message for the failed task"
-    id=$(submit -N 2 -n 4 --mesh-tp=2 --wrap 'srun --distribution=cyclic true; echo "srun rc=$?"')
-    grep -q 'meshrun: ' "job-$id.out" || fail "batch job output lacks the message: $(cat job-$id.out)"
-    grep -q 'srun rc=[1-9]' "job-$id.out" || fail "srun inside the batch job returned 0"
+    [ $rc -ne 0 ] || fail "uneven placement accepted (rc=0)"
+    echo "$out" | grep -q 'meshrun: ' || fail "no meshrun message for the failed tasks"
+    sleep 1
+    [ ! -e "$WORK/ran" ] || fail "a task of an unevenly placed step ran its command"
     state=$(T sinfo -h -o '%T' | sort -u | tr '\n' ' ')
     echo "$state" | grep -Eq 'drain|down' && fail "nodes drained: $state"
     say "remote failure reported to the user, nodes: $state"
@@ -240,13 +298,21 @@ EOS
     trap 'cp "$WORK/plugstack.good" "$conf.tmp" && mv -f "$conf.tmp" "$conf"' EXIT
     with_args() { sed "s|\$| $1|" "$WORK/plugstack.good" >"$conf.tmp" && mv -f "$conf.tmp" "$conf"; }
     step() { T srun -N 1 -n 2 --mesh-tp=2 "$HERE/dump_env.sh" 2>&1; }
-    step | grep -q 'NCCL_IB_HCA==mlx5_' || fail "default: no NCCL_IB_HCA from the topology"
+    out=$(step)
+    # Default: one list per node, the same on both ranks (NVIDIA/nccl#1478), each rank's own MESHRUN_NIC.
+    [ "$(echo "$out" | grep -o 'NCCL_IB_HCA=[^ ]*' | grep -c '^NCCL_IB_HCA==mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11$')" = 2 ] ||
+      fail "default: NCCL_IB_HCA is not the node's list on both ranks: $out"
+    [ "$(echo "$out" | grep -o 'MESHRUN_NIC=[^ ]*' | sort -u | wc -l)" = 2 ] || fail "default: MESHRUN_NIC is not per rank: $out"
     with_args "nccl=off"
     out=$(step)
     echo "$out" | grep -q 'RANK=' || fail "nccl=off: step failed: $out"
     echo "$out" | grep -q 'NCCL_' && fail "nccl=off: NCCL variables set: $out"
-    with_args "hca=node"
-    step | grep -q 'NCCL_IB_HCA==mlx5_[0-9]*,' || fail "hca=node: NCCL_IB_HCA does not list the node's NICs"
+    with_args "hca=rank"
+    out=$(step)
+    [ "$(echo "$out" | grep -o 'NCCL_IB_HCA=[^ ]*' | grep '^NCCL_IB_HCA==mlx5_[0-9]*$' | sort -u | wc -l)" = 2 ] ||
+      fail "hca=rank: NCCL_IB_HCA is not each rank's own NIC: $out"
+    grep -q 'hca_scope = rank.*NVIDIA/nccl#1478' "$LAB"/log/slurmd-n*.log ||
+      fail "hca=rank: the plugin did not log NCCL's warning"
     with_args "colour=blue"
     expect_refused "meshrun: plugstack.conf: bad argument 'colour=blue'" srun -N 1 true
     expect_refused "meshrun: plugstack.conf: bad argument 'colour=blue'" sbatch -N 1 --wrap true
@@ -268,11 +334,59 @@ EOS
     out=$(T srun -N 2 -n 4 --distribution=cyclic --mesh-tp=2 echo TASK-RAN 2>&1); rc=$?
     echo "$out"
     [ $rc -ne 0 ] || fail "optional mode: a wrong placement returned 0"
-    echo "$out" | grep -q 'meshrun: rank' || fail "optional mode: no message"
+    echo "$out" | grep -q 'meshrun: ' || fail "optional mode: no message"
     echo "$out" | grep -q TASK-RAN && fail "optional mode: a task ran with a wrong environment"
     out=$(T srun -N 2 --ntasks-per-node=2 --mesh-tp=2 printenv MESHRUN_TP_SIZE | sort -u)
     [ "$out" = 2 ] || fail "optional mode: valid step got '$out'"
     say "optional plugin: bad options refused, dry run and bad placement run nothing, valid steps work"
+    ;;
+
+  no_ghost_steps)
+    # A refused or dry-run srun inside an allocation must leave no step behind: Slurm kept such a step
+    # RUNNING with its CPUs and the next srun waited ("Requested nodes are busy") until the time limit. The
+    # reproducer of the issue, then a refusal, then steps whose shape only the created step knows (-w), each
+    # followed by a plain step that must start at once. Memory-capped; the whole allocation under 60 s.
+    start=$(date +%s)
+    out=$( (ulimit -v 4000000; T salloc -N1 -n2 bash -c '
+      srun --mesh-tp=2 --mesh-dry-run touch '"$WORK"'/ran; echo "dry rc=$?"
+      timeout 15 srun -n2 true; echo "next1 rc=$?"
+      srun --mesh-tp=3 touch '"$WORK"'/ran; echo "bad rc=$?"
+      timeout 15 srun -n2 true; echo "next2 rc=$?"
+      srun -w "$SLURM_JOB_NODELIST" --mesh-tp=2 --mesh-dry-run touch '"$WORK"'/ran; echo "late dry rc=$?"
+      timeout 15 srun -n2 true; echo "next3 rc=$?"
+      srun -w "$SLURM_JOB_NODELIST" --mesh-tp=3 touch '"$WORK"'/ran; echo "late bad rc=$?"
+      timeout 15 srun -n2 true; echo "next4 rc=$?"
+      echo "steps left: $(squeue -h -s -j $SLURM_JOB_ID | wc -l)"') 2>&1)
+    took=$(( $(date +%s) - start ))
+    echo "$out"
+    echo "$out" | grep -q 'Requested nodes are busy' && fail "a later step waited for a ghost step"
+    for n in 1 2 3 4; do echo "$out" | grep -q "^next$n rc=0" || fail "step after case $n did not run at once"; done
+    echo "$out" | grep -q '^dry rc=[1-9]' || fail "the dry run returned 0 before the step existed"
+    echo "$out" | grep -q '^bad rc=[1-9]' || fail "the refused step returned 0"
+    echo "$out" | grep -q '^late bad rc=[1-9]' || fail "the late refusal returned 0"
+    [ "$(echo "$out" | grep -c 'does not divide the job')" = 2 ] || fail "each refusal must print its line once"
+    [ "$(echo "$out" | grep -c 'nothing launched')" = 2 ] || fail "each dry run must print its map once"
+    echo "$out" | grep -q '^steps left: 0' || fail "steps left behind in the allocation"
+    [ "$took" -lt 30 ] || fail "the allocation took ${took}s: a step waited"
+    sleep 1
+    [ ! -e "$WORK/ran" ] || fail "a dry-run or refused step ran its command"
+    say "no ghost steps: 8 steps in ${took}s, later steps started at once"
+    ;;
+
+  node_ranges)
+    # -N MIN-MAX at sbatch: refused only when no count in the range fits, naming the range and what would.
+    expect_refused 'no node count in -N 2-4 fits the layout' \
+      sbatch -N 2-4 --ntasks-per-node=2 --mesh-tp=2 --mesh-dp=1 --wrap true
+    out=$(T sbatch -N 2-4 --ntasks-per-node=2 --mesh-tp=2 --mesh-dp=1 --wrap true 2>&1)
+    echo "$out" | grep -q 'node counts that would fit: 1' || fail "the refusal does not name the count that fits: $out"
+    echo "$out" | grep -q '1 nodes × 2' && fail "a range was counted as one node: $out"
+    # Only 4 nodes fit dp=4 (the idle cluster gives the range's top); the old check counted one node and refused.
+    id=$(submit -N 2-4 --ntasks-per-node=2 --mesh-tp=2 --mesh-dp=4 --wrap 'srun printenv MESHRUN_DP_SIZE')
+    [ "$(job_state "$id")" = COMPLETED ] || fail "job $id with a fitting count in -N 2-4: $(job_state "$id"); $(cat job-$id.out)"
+    [ "$(grep -c '^4$' "job-$id.out")" = 8 ] || fail "job $id: expected 8 tasks with dp=4: $(cat job-$id.out)"
+    id=$(submit --nodes=2-4 --ntasks-per-node=2 --mesh-tp=2 --mesh-dp=auto --wrap 'srun printenv MESHRUN_TP_SIZE')
+    [ "$(job_state "$id")" = COMPLETED ] || fail "--nodes=2-4 with dp=auto refused or failed: $(cat job-$id.out)"
+    say "node ranges: refused only when no count fits"
     ;;
 
   mpi_pmix)

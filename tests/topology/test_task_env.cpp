@@ -132,7 +132,7 @@ TEST_CASE("DGX H100 and 2 nodes: full environment of every local rank") {
                  {"MESHRUN_GPU", std::to_string(l)},
                  {"MESHRUN_GPU_PCI", pci[l]},
                  {"MESHRUN_CPUS", l < 4 ? "0-55,112-167" : "56-111,168-223"},
-                 {"NCCL_IB_HCA", hca[l]},
+                 {"NCCL_IB_HCA", "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"},  // one list per node
                  {"MESHRUN_NIC", hca[l] + 1},
                  {"NCCL_CROSS_NIC", "0"}});
     CHECK(as_map(env) == want);
@@ -159,7 +159,7 @@ TEST_CASE("A100 PCI-only node with the dgx-a100 type: full environment of every 
                  {"MESHRUN_GPU", std::to_string(rank)},
                  {"MESHRUN_GPU_PCI", pci[rank]},
                  {"MESHRUN_CPUS", rank < 4 ? "0-63,128-191" : "64-127,192-255"},
-                 {"NCCL_IB_HCA", hca[rank]},
+                 {"NCCL_IB_HCA", "=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_6,mlx5_7,mlx5_8,mlx5_9"},
                  {"MESHRUN_NIC", hca[rank] + 1},
                  {"NCCL_CROSS_NIC", "0"}});
     CHECK(as_map(env) == want);
@@ -182,7 +182,7 @@ TEST_CASE("GB200 NVL72 trays: MNNVL on and full environment of every local rank"
                  {"MESHRUN_GPU_PCI", std::vector<std::string>{"0008:01:00.0", "0009:01:00.0", "0018:01:00.0",
                                                               "0019:01:00.0"}[l]},
                  {"MESHRUN_CPUS", l < 2 ? "0-71" : "72-143"},
-                 {"NCCL_IB_HCA", "=mlx5_" + std::to_string(l)},
+                 {"NCCL_IB_HCA", "=mlx5_0,mlx5_1,mlx5_2,mlx5_3"},
                  {"MESHRUN_NIC", "mlx5_" + std::to_string(l)},
                  {"NCCL_CROSS_NIC", "0"},
                  {"NCCL_MNNVL_ENABLE", "1"}});
@@ -200,7 +200,8 @@ TEST_CASE("ConstrainDevices on and off and half a DGX (GPUs 4-7)") {
     CHECK(*off.get("CUDA_VISIBLE_DEVICES") == "4,5,6,7");  // global ids
     CHECK(*off.get("MESHRUN_CUDA_DEVICE") == std::to_string(l));
     CHECK(off.gpu == 4 + l);
-    CHECK(*off.get("NCCL_IB_HCA") == std::vector<std::string>{"=mlx5_6", "=mlx5_9", "=mlx5_10", "=mlx5_11"}[l]);
+    CHECK(*off.get("MESHRUN_NIC") == std::vector<std::string>{"mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"}[l]);
+    CHECK(*off.get("NCCL_IB_HCA") == "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11");
     CHECK(off.cpus.str() == "56-111,168-223");
     const TaskEnv on = compute_task_env(j.map(), task(l, 4, 4, "dgx01"), topo, slurm_gpus({4, 5, 6, 7}, true),
                                         EnvPolicy{}, {});
@@ -219,7 +220,7 @@ TEST_CASE("gpus-per-task: per-task cgroups and unconstrained binding") {
   CHECK(*on.get("CUDA_VISIBLE_DEVICES") == "0");
   CHECK(*on.get("MESHRUN_CUDA_DEVICE") == "0");
   CHECK(on.gpu == 3);
-  CHECK(*on.get("NCCL_IB_HCA") == "=mlx5_5");
+  CHECK(*on.get("MESHRUN_NIC") == "mlx5_5");
   REQUIRE(on.warnings.size() == 1);
   CHECK_THAT(on.warnings[0], Catch::Contains("--gpus-per-node"));
   const TaskEnv off = compute_task_env(j.map(), task(3, 8, 8, "dgx01"), topo,
@@ -316,6 +317,22 @@ TEST_CASE("NCCL debug switches only when the user sets them and user NCCL_* wins
   CHECK_THAT(dbg.warnings[1], Catch::Contains("replaces meshrun's NCCL_IB_HCA==mlx5_0"));
 }
 
+TEST_CASE("hca_scope = rank: the rank's own NIC only, as an explicit site choice, with NCCL's warning") {
+  const NodeTopology topo = load("dgx-h100.xml", "dgx-h100");
+  const Job j = job("dgx-h100", 1, 0, 8, 1, "dgx01");
+  EnvPolicy p;
+  CHECK(p.hca_scope == EnvPolicy::HcaScope::node);  // the default: one list per node (NVIDIA/nccl#1478)
+  p.hca_scope = EnvPolicy::HcaScope::rank;
+  const char* nic[] = {"mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"};
+  for (int rank = 0; rank < 8; ++rank) {
+    const TaskEnv env = compute_task_env(j.map(), task(rank, 8, 8, "dgx01"), topo, GpuAllocation{}, p, {});
+    CHECK(*env.get("NCCL_IB_HCA") == std::string("=") + nic[rank]);
+    REQUIRE(env.warnings.size() == 1);
+    CHECK(env.warnings[0] == hca_rank_warning());
+    CHECK_THAT(env.warnings[0], Catch::Contains("NVIDIA/nccl#1478") && Catch::Contains("hca_scope = node"));
+  }
+}
+
 TEST_CASE("site policy: node-wide HCA list and site variables and NCCL off and no CPU binding") {
   const NodeTopology topo = load("dgx-h100.xml", "dgx-h100");
   const Job j = job("dgx-h100", 1, 0, 8, 1, "dgx01");
@@ -362,7 +379,8 @@ TEST_CASE("no rail-optimized fabric or shared NICs: no NCCL_CROSS_NIC") {
   const Job dgx = job("dgx-h100", 1, 0, 8, 1, "n1");
   const TaskEnv env = compute_task_env(dgx.map(), task(1, 8, 8, "n1"), topo, GpuAllocation{}, EnvPolicy{}, {});
   CHECK(env.get("NCCL_CROSS_NIC") == nullptr);
-  CHECK(*env.get("NCCL_IB_HCA") == "=mlx5_0");
+  CHECK(*env.get("NCCL_IB_HCA") == "=mlx5_0,mlx5_3,mlx5_6,mlx5_9");  // the paired NICs, each once
+  CHECK(*env.get("MESHRUN_NIC") == "mlx5_0");
 }
 
 TEST_CASE("CPU-only node and Slurm GPUs the topology cannot see") {
@@ -415,7 +433,7 @@ TEST_CASE("a paired NIC whose port is not ACTIVE is pinned with a warning") {
   topo.nics[3].port_state = 1;  // DOWN
   const Job j = job("dgx-h100", 1, 0, 8, 1, "dgx01");
   const TaskEnv env = compute_task_env(j.map(), task(1, 8, 8, "dgx01"), topo, GpuAllocation{}, EnvPolicy{}, {});
-  CHECK(*env.get("NCCL_IB_HCA") == "=mlx5_3");
+  CHECK(*env.get("MESHRUN_NIC") == "mlx5_3");
   REQUIRE(env.warnings.size() == 1);
   CHECK_THAT(env.warnings[0], Catch::Contains("mlx5_3 (paired with GPU 1) has port state 1, not ACTIVE"));
   CHECK(compute_task_env(j.map(), task(2, 8, 8, "dgx01"), topo, GpuAllocation{}, EnvPolicy{}, {}).warnings.empty());

@@ -27,10 +27,10 @@ TEST_CASE("task context from Slurm variables") {
   CHECK(c.step_id == 3);
   Env e = base();
   e.erase("SLURM_STEP_TASKS_PER_NODE");
-  e["SLURM_TASKS_PER_NODE"] = "2(x3),1";
+  e["SLURM_TASKS_PER_NODE"] = "2,2(x3)";
   e["SLURM_NODEID"] = "3";
-  e["SLURM_LOCALID"] = "0";
-  CHECK(task_context_from_slurm(e).local_world == 1);
+  e["SLURM_LOCALID"] = "1";
+  CHECK(task_context_from_slurm(e).local_world == 2);
   e["SLURM_NODEID"] = "1";
   CHECK(task_context_from_slurm(e).local_world == 2);
   e.erase("SLURM_STEP_NODELIST");
@@ -105,4 +105,65 @@ TEST_CASE("from Slurm variables to a task environment") {
   CHECK(*env.get("MASTER_ADDR") == "dgx07");
   CHECK(*env.get("CUDA_VISIBLE_DEVICES") == "0,1,2,3,4,5,6,7");
   CHECK(*env.get("MESHRUN_CUDA_DEVICE") == "3");
+}
+
+TEST_CASE("a step Slurm did not place in equal blocks is refused by every task, not only the misplaced ones") {
+  // 2 nodes x 2 tasks, cyclic: node 0 runs tasks 0,2 and node 1 runs 1,3. Ranks 0 and 3 sit where the block
+  // map puts them; they must refuse too (a partial launch would leave them running).
+  for (const char* rank : {"0", "2"}) {
+    Env e = {{"SLURM_PROCID", rank}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", rank[0] == '0' ? "0" : "1"},
+             {"SLURM_NODEID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}, {"SLURM_STEP_NODELIST", "n[1-2]"},
+             {"SLURM_GTIDS", "0,2"}};
+    CHECK_THROWS_WITH(task_context_from_slurm(e), Catch::Contains("SLURM_GTIDS") && Catch::Contains("--distribution=block"));
+    e.erase("SLURM_GTIDS");
+    e["SLURM_DISTRIBUTION"] = "cyclic";
+    CHECK_THROWS_WITH(task_context_from_slurm(e), Catch::StartsWith("SLURM_DISTRIBUTION=cyclic places tasks"));
+    e["SLURM_DISTRIBUTION"] = "block:cyclic";  // the part after ':' is about sockets inside the node
+    CHECK_NOTHROW(task_context_from_slurm(e));
+    e["SLURM_GTIDS"] = "0,1";
+    CHECK_NOTHROW(task_context_from_slurm(e));
+  }
+  // Uneven counts (3 + 1): the node with the "right" count must refuse too.
+  Env e = {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "1"},
+           {"SLURM_STEP_TASKS_PER_NODE", "3,1"}, {"SLURM_STEP_NODELIST", "n[1-2]"}};
+  CHECK_THROWS_WITH(task_context_from_slurm(e), Catch::Contains("different task counts"));
+  // A 10,000-character value is cut in the message.
+  std::string many = "3";
+  for (int i = 0; i < 5000; ++i) many += ",1";
+  e["SLURM_STEP_TASKS_PER_NODE"] = many;
+  try {
+    task_context_from_slurm(e);
+    FAIL("accepted");
+  } catch (const TaskEnvError& x) {
+    CHECK(std::string(x.what()).size() < 300);
+    CHECK_THAT(x.what(), Catch::Contains("…"));
+  }
+}
+
+TEST_CASE("task_env_from_slurm is the three-call path the plugin and exec share") {
+  TopologyRequest r;
+  r.xml_path = std::string(MESHRUN_TOPO_FIXTURES) + "/dgx-h100.xml";
+  r.node_type = find_node_type("dgx-h100");
+  const NodeTopology topo = load_topology(r);
+  ClusterSpec cs;
+  cs.node_type = "dgx-h100";
+  cs.nodes = 2;
+  cs.hostlist = "dgx[07-08]";
+  std::vector<Problem> problems;
+  const Cluster cluster = resolve_cluster(cs, &problems);
+  LayoutSpec ls;
+  ls.tp = 8;
+  const auto layout = resolve_layout(ls, cluster.gpus(), &problems);
+  REQUIRE(layout);
+  const RankMap map(*layout, cluster);
+  Env e = base();
+  e["SLURM_STEP_GPUS"] = "0,1,2,3,4,5,6,7";
+  TaskContext ctx = task_context_from_slurm(e);
+  const TaskEnv three = compute_task_env(map, ctx, topo, gpu_allocation_from_slurm(e), EnvPolicy{}, {});
+  const TaskEnv one = task_env_from_slurm(map, e, topo, EnvPolicy{}, {}, CpuSet{});
+  CHECK(one.vars == three.vars);
+  CHECK(*one.get("RANK") == "11");
+  CHECK(*one.get("MESHRUN_TP_RANK") == "3");
+  e["SLURM_DISTRIBUTION"] = "cyclic";
+  CHECK_THROWS_AS(task_env_from_slurm(map, e, topo, EnvPolicy{}, {}, CpuSet{}), TaskEnvError);
 }

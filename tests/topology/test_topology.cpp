@@ -141,7 +141,7 @@ TEST_CASE("cpuset lists") {
 TEST_CASE("topology errors are one actionable line") {
   TopologyRequest r;
   r.xml_path = fixture("no-such-file.xml");
-  CHECK_THROWS_WITH(load_topology(r), Catch::Contains("cannot read topology XML") && Catch::Contains("lstopo"));
+  CHECK_THROWS_WITH(load_topology(r), Catch::Contains("cannot read the topology XML") && Catch::Contains("lstopo"));
   const std::string junk = std::string(MESHRUN_TOPO_BUILD_DIR) + "/not-xml.xml";
   std::FILE* f = std::fopen(junk.c_str(), "w");
   REQUIRE(f);

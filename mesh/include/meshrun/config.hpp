@@ -4,6 +4,7 @@
 // command-line flags < --set section.key=value. One schema (config.cpp) drives parsing, --set, error
 // messages with did-you-mean, and the dry run's "source" column.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/job.hpp"
 
 namespace meshrun {
@@ -18,7 +20,7 @@ namespace meshrun {
 // A user-facing input error. what() is one line, "file:line:col: problem; fix" where a location exists.
 // Command-line front ends print it and exit 2.
 struct ConfigError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit ConfigError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
 };
 
 enum class SourceKind { defaults, site, template_file, environment, flag, set };
@@ -54,6 +56,9 @@ void apply_toml_text(Config& cfg, std::string_view text, const std::string& sour
 // "section.key=value" (value parsed by the key's type; strings may be quoted).
 void apply_set(Config& cfg, std::string_view assignment, SourceKind kind = SourceKind::set,
                const std::string& where = "");
+// A typed value (an option already parsed to an integer, e.g. the plugin's --mesh-tp=2): stored as is, with
+// the same checks as apply_value(), without a round trip through text.
+void apply_int(Config& cfg, const std::string& key, int64_t value, const Origin& origin);
 // Sets one key from a string value (used for flags and environment variables).
 void apply_value(Config& cfg, const std::string& key, std::string_view value, const Origin& origin);
 

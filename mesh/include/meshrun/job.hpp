@@ -108,7 +108,8 @@ struct SiteSpec {
   std::string nccl = "auto";           // auto | off: emit NCCL_* variables from the topology, or none
   std::string allow_env;               // extra names (or prefixes ending in '*') a template's [env] may set, comma-separated
   std::string socket_ifname;           // NCCL_SOCKET_IFNAME for every task; empty = derive from the topology
-  std::string hca_scope = "rank";      // rank: the task's paired NIC; node: every GPU-facing NIC of the node
+  std::string hca_scope = "node";      // node: every GPU-paired NIC of the node, the same on all its ranks;
+                                       // rank: the task's paired NIC (NCCL advises against it; warned)
   std::string cpu_bind = "numa";       // numa: bind to the GPU's NUMA domain; none
   int port_base = 20000;               // MASTER_PORT range start (see docs/topology.md)
 };

@@ -6,7 +6,9 @@
 // globals), bounded in work, and reports bad input by throwing TaskEnvError (one line: problem; fix). Callers
 // inside slurmstepd catch it; nothing here aborts.
 //
-// CHANGELOG: (none yet; changes to this header are listed here with the date)
+// CHANGELOG:
+//   2026-12-01: EnvPolicy::hca_scope defaults to node (one NCCL_IB_HCA per node, NVIDIA/nccl#1478);
+//               hca_rank_warning(); task_env_from_slurm(); layout_env(RankMap, rank).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -15,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/rank_map.hpp"
 #include "meshrun/topology.hpp"
 
@@ -23,7 +26,7 @@ namespace meshrun {
 // Bad input for a task's environment (fewer GPUs than tasks, a forbidden variable, ...). Front ends print
 // what() and exit 2; the plugin logs it with slurm_error and fails the task.
 struct TaskEnvError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit TaskEnvError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
 };
 
 // The GPUs Slurm gave this step on this node, and how the task can see them.
@@ -56,10 +59,12 @@ struct TaskContext {
 struct EnvPolicy {
   enum class Nccl { automatic, off };  // off: emit no NCCL_* variable at all (the user's still pass)
   Nccl nccl = Nccl::automatic;
-  // NCCL_IB_HCA: "rank" = the task's paired NIC (rail pinning); "node" = every GPU-paired NIC of the node, and
-  // NCCL pairs them itself (keeps PXN for all-to-all).
+  // NCCL_IB_HCA: "node" (default) = every GPU-paired NIC of the node (storage ports excluded), the same list on
+  // every rank of the node; NCCL pairs each GPU with its nearest NIC itself. "rank" = only the task's paired
+  // NIC: an explicit site choice that NCCL's maintainers advise against ("You should not set NCCL_IB_HCA
+  // differently on each rank", NVIDIA/nccl#1478); compute_task_env() warns when it is on.
   enum class HcaScope { rank, node };
-  HcaScope hca_scope = HcaScope::rank;
+  HcaScope hca_scope = HcaScope::node;
   enum class CpuBind { numa, none };   // numa: the GPU's NUMA domain (intersected with allowed_cpus)
   CpuBind cpu_bind = CpuBind::numa;
   std::string socket_ifname;           // NCCL_SOCKET_IFNAME from the site; "" = derive from the topology
@@ -101,9 +106,22 @@ TaskContext task_context_from_slurm(const std::map<std::string, std::string>& en
 // is inferred: CUDA_VISIBLE_DEVICES holding 0-based indices that are not the task's global indices.
 GpuAllocation gpu_allocation_from_slurm(const std::map<std::string, std::string>& env);
 
+// The one path from Slurm's task variables to a task's environment, shared by the SPANK plugin's task_init and
+// `meshrun exec` under srun: task_context_from_slurm() (who the task is, and that Slurm placed the step in equal
+// blocks) + gpu_allocation_from_slurm() + compute_task_env(). `allowed_cpus` = the CPUs the task may use now
+// (its affinity mask); empty = the whole node. Throws TaskEnvError with a one-line message.
+TaskEnv task_env_from_slurm(const RankMap& map, const std::map<std::string, std::string>& slurm_env,
+                            const NodeTopology& topo, const EnvPolicy& policy,
+                            const std::map<std::string, std::string>& extra_env, const CpuSet& allowed_cpus);
+
 // The layout part of compute_task_env()'s output for one rank: MESHRUN_{TP,CP,PP,DP,EP}_{RANK,SIZE},
 // MESHRUN_LAYOUT and MESHRUN_ORDER. Exposed so a program can check what a launcher set against its own map.
 std::vector<std::pair<std::string, std::string>> layout_env(const Layout& layout, int rank);
+// The same from a rank map the caller already holds (no second rank grid).
+std::vector<std::pair<std::string, std::string>> layout_env(const RankMap& map, int rank);
+
+// The warning every front end prints when the site chose hca_scope = rank (one line).
+std::string hca_rank_warning();
 
 // The port formula, exposed for tests and the docs.
 int master_port(uint32_t job_id, uint32_t step_id, const EnvPolicy& policy);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/layout.hpp"
 
 namespace meshrun {
@@ -76,7 +77,7 @@ struct NodeTopology {
 
 // Topology loading failed (unreadable XML, hwloc error). what() is one line naming the fix.
 struct TopologyError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit TopologyError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
 };
 
 struct TopologyRequest {
@@ -109,6 +110,10 @@ struct RankDescription {
   int numa = -1;
 };
 RankDescription describe_rank(const NodeTopology& topo, int local_rank);
+
+// The node's compute NICs: every NIC paired with one of its GPUs, each once in NIC order (storage and other
+// unpaired ports excluded). NCCL_IB_HCA is "=" + this list, the same on every rank of the node by default.
+std::vector<std::string> node_hca_list(const NodeTopology& topo);
 
 // Rendering for `meshrun topo`.
 std::string topology_table(const NodeTopology& topo);
