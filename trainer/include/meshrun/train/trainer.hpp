@@ -79,6 +79,11 @@ class Trainer {
   std::int64_t activation_bytes() const;
   // Units this rank holds (its pipeline chunks').
   bool holds(int unit) const { return store_.holds(unit); }
+  // For sharded checkpoints (checkpoint.hpp).
+  const JobConfig& config() const { return cfg_; }
+  const RankGrid& grid() const { return grid_; }
+  const Coord& coord() const { return coord_; }
+  Comm& world() const { return *groups_.world; }
 
  private:
   // Per-unit flat local buffers of the held units -> every tensor in its global shape, on every rank
