@@ -258,15 +258,21 @@ class ShardReader {
     struct stat sb{};
     ::fstat(fd_, &sb);
     size_ = static_cast<std::int64_t>(sb.st_size);
-    if (size_ != expected_bytes)
-      throw CheckpointError(path + ": " + std::to_string(size_) + " bytes but the manifest records " +
-                            std::to_string(expected_bytes) + " (tensor " + first_tensor +
-                            " onwards cannot be trusted): the shard is truncated or was replaced");
+    auto wrong_size = [&](const std::string& tensor) {
+      return CheckpointError(path + ": tensor " + tensor + ": the shard has " + std::to_string(size_) +
+                             " bytes but the manifest records " + std::to_string(expected_bytes) +
+                             (size_ < expected_bytes ? ": the shard is truncated" : ": the shard was replaced") +
+                             "; restore it or resume from an older step");
+    };
+    if (size_ != expected_bytes && size_ < 8) throw wrong_size(first_tensor);
     unsigned char len[8];
-    if (size_ < 8 || ::pread(fd_, len, 8, 0) != 8) throw CheckpointError(path + ": truncated: no safetensors header (tensor " + first_tensor + ")");
+    if (::pread(fd_, len, 8, 0) != 8) throw CheckpointError(path + ": tensor " + first_tensor + ": no safetensors header");
     std::uint64_t n = 0;
     for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
-    if (n > static_cast<std::uint64_t>(size_ - 8)) throw CheckpointError(path + ": safetensors header runs past the end of the file (tensor " + first_tensor + ")");
+    if (n > static_cast<std::uint64_t>(size_ - 8)) {
+      if (size_ != expected_bytes) throw wrong_size(first_tensor);
+      throw CheckpointError(path + ": tensor " + first_tensor + ": the safetensors header runs past the end of the file");
+    }
     std::string header(static_cast<std::size_t>(n), '\0');
     if (::pread(fd_, header.data(), n, 8) != static_cast<ssize_t>(n)) throw CheckpointError(path + ": cannot read the header");
     payload_ = 8 + n;
@@ -288,6 +294,16 @@ class ShardReader {
       } catch (const json::exception&) {
         throw CheckpointError(path + ": tensor " + it.key() + ": header entry lacks dtype, shape or data_offsets");
       }
+    }
+    if (size_ != expected_bytes) {  // name the first tensor whose bytes are gone (or the first one)
+      std::string tensor = first_tensor;
+      std::uint64_t first_end = ~0ULL;
+      for (const auto& [k, e] : entries_)
+        if (payload_ + e.end > static_cast<std::uint64_t>(size_) && e.begin < first_end) {
+          first_end = e.begin;
+          tensor = k;
+        }
+      throw wrong_size(tensor);
     }
   }
   ~ShardReader() {
