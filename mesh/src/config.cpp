@@ -122,6 +122,7 @@ std::vector<Field> make_schema() {
 
   add(field("checkpoint.dir", &JobConfig::checkpoint, &CheckpointSpec::dir, V::string, "checkpoint directory"));
   add(at_least(field("checkpoint.interval", &JobConfig::checkpoint, &CheckpointSpec::interval, V::integer, "steps between checkpoints (0 = signal/end only)"), 0));
+  add(at_least(field("checkpoint.keep", &JobConfig::checkpoint, &CheckpointSpec::keep, V::integer, "complete checkpoints kept in checkpoint.dir"), 1));
   add(field("checkpoint.resume", &JobConfig::checkpoint, &CheckpointSpec::resume, V::boolean, "resume from the latest checkpoint"));
   add(field("checkpoint.signal", &JobConfig::checkpoint, &CheckpointSpec::signal, V::string, "signal that asks for a checkpoint"));
   add(at_least(field("checkpoint.signal_lead_s", &JobConfig::checkpoint, &CheckpointSpec::signal_lead_s, V::integer, "seconds before the time limit"), 0));

@@ -1,5 +1,6 @@
 // meshrun-train: one process per rank (mpirun / srun --mpi=pmix). Layout and groups come from mesh/.
 #include <mpi.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "meshrun/layout.hpp"
 #include "meshrun/rank_map.hpp"
 #include "meshrun/task_env.hpp"
+#include "meshrun/train/checkpoint.hpp"
 #include "meshrun/train/cli.hpp"
 #include "meshrun/train/safetensors.hpp"
 #include "meshrun/train/trainer.hpp"
@@ -33,7 +35,10 @@ const char* kUsage =
     "                     [--site FILE | --no-site]\n"
     "  Trains the template's model with its [parallel] layout; the MPI world must equal tp·cp·pp·dp.\n"
     "  Configuration layers as everywhere in meshrun: defaults < site file < template < environment < --set.\n"
-    "  checkpoint.load / checkpoint.save name safetensors files (Hugging Face Llama names).\n";
+    "  checkpoint.load / checkpoint.save name safetensors files (Hugging Face Llama names).\n"
+    "  checkpoint.dir: sharded checkpoints (every checkpoint.interval steps, at the end, and on checkpoint.signal);\n"
+    "  with checkpoint.resume = true (default) a run continues from the latest one. After a signal-driven save\n"
+    "  every rank exits with status 75 and DIR/status says \"saved STEP SIGNAL\".\n";
 
 struct Args {
   std::string template_path, metrics, site;
@@ -143,6 +148,66 @@ void check_launcher_agrees(const std::map<std::string, std::string>& env, const 
   }
 }
 
+// Signals asking for a checkpoint: the handler only records them; ranks agree at step boundaries.
+volatile sig_atomic_t g_stop_bits = 0;  // 1: checkpoint.signal, 2: SIGTERM
+int g_checkpoint_signal = SIGUSR1;
+extern "C" void on_stop_signal(int sig) { g_stop_bits = g_stop_bits | (sig == g_checkpoint_signal ? 1 : 2); }
+
+int signal_number(const std::string& name) {
+  std::string s = name;
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (s.rfind("SIG", 0) == 0) s = s.substr(3);
+  const std::pair<const char*, int> known[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM},
+                                               {"INT", SIGINT},   {"HUP", SIGHUP},   {"URG", SIGURG}};
+  for (const auto& [n, v] : known)
+    if (s == n) return v;
+  throw InputError("checkpoint.signal = \"" + name + "\" is not a signal the trainer can catch; use USR1 (default), USR2 or TERM");
+}
+
+void install_stop_handlers(const std::string& signal) {
+  g_checkpoint_signal = signal_number(signal);
+  struct sigaction sa{};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(g_checkpoint_signal, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+const char* signal_text(int sig) {
+  switch (sig) {
+    case SIGUSR1: return "USR1";
+    case SIGUSR2: return "USR2";
+    case SIGTERM: return "TERM";
+    case SIGINT: return "INT";
+    case SIGHUP: return "HUP";
+    case SIGURG: return "URG";
+    default: return "?";
+  }
+}
+
+// The stop bits of every rank, OR-ed (the tiny all-reduce each step boundary).
+int agreed_stop_bits() {
+  int mine = g_stop_bits, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD);
+  return all;
+}
+
+// Keeps the metrics lines of steps <= `step` (a resumed run rewrites the steps after its checkpoint).
+void truncate_metrics(const std::string& path, int step) {
+  std::ifstream is(path);
+  if (!is) return;
+  std::string kept, line;
+  while (std::getline(is, line)) {
+    const auto at = line.find("\"step\":");
+    if (at == std::string::npos) continue;
+    if (std::atoi(line.c_str() + at + 7) <= step) kept += line + "\n";
+  }
+  is.close();
+  std::ofstream os(path, std::ios::trunc);
+  os << kept;
+}
+
 template <class T>
 int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank) {
   const RankGrid grid(layout);
@@ -161,16 +226,60 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
                                cfg.training.seed);
 
   Trainer<T> trainer(cfg, grid, rank, groups);
-  if (cfg.checkpoint.load.empty()) {
+  const CheckpointSpec& ck = cfg.checkpoint;
+  const int world = layout.world();
+  if (!ck.dir.empty()) {
+    install_stop_handlers(ck.signal);  // before anything slow: a signal from now on asks for a save
+    if (rank == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(ck.dir, ec);
+      if (ec || ::access(ck.dir.c_str(), W_OK) != 0)
+        err = "checkpoint.dir = " + ck.dir + " cannot be created or is not writable; create it or change checkpoint.dir";
+    }
+    collective_check(err, rank, world);
+  }
+  // Resume wins over checkpoint.load (which only seeds a fresh start).
+  std::string resume_from;
+  if (!ck.dir.empty() && ck.resume) {
+    try {
+      resume_from = latest_checkpoint(ck.dir);
+    } catch (const CheckpointError& e) {
+      err = e.what();
+    }
+    collective_check(err, rank, world);
+  }
+  int start = 0;
+  if (!resume_from.empty()) {
+    try {
+      start = load_checkpoint(trainer, resume_from, file->tokens());
+    } catch (const CheckpointError& e) {
+      err = e.what();
+    }
+    collective_check(err, rank, world);
+    if (rank == 0) {
+      const CheckpointInfo info = read_checkpoint_info(resume_from);
+      std::printf("meshrun-train: resuming from %s: step %d, %lld samples consumed, saved under %s%s\n",
+                  resume_from.c_str(), start, static_cast<long long>(info.consumed_samples), info.layout_text.c_str(),
+                  ck.load.empty() ? "" : ("; checkpoint.load = " + ck.load + " not used (the checkpoint wins)").c_str());
+    }
+  } else if (ck.load.empty()) {
     trainer.init_params();
+    if (rank == 0 && !ck.dir.empty())
+      std::printf("meshrun-train: starting at step 0 from initialization (training.seed = %llu)%s\n",
+                  static_cast<unsigned long long>(cfg.training.seed),
+                  ck.resume ? "; no checkpoint in checkpoint.dir" : "; checkpoint.resume = false");
   } else {
     try {
-      trainer.load(cfg.checkpoint.load);
+      trainer.load(ck.load);
     } catch (const SafetensorsError& e) {
       err = e.what();
     }
     if (!all_ok(err.empty())) throw InputError(err.empty() ? "loading the checkpoint failed on another rank" : err);
+    if (rank == 0)
+      std::printf("meshrun-train: starting at step 0 from the weights in %s (checkpoint.load)%s\n", ck.load.c_str(),
+                  ck.dir.empty() ? "" : ck.resume ? "; no checkpoint in checkpoint.dir" : "; checkpoint.resume = false");
   }
+  if (!ck.dir.empty() && rank == 0) std::remove(status_file_path(ck.dir).c_str());  // it speaks of this run only
 
   // Fail now, not after training, if the final weights cannot be written.
   if (rank == 0 && !cfg.checkpoint.save.empty()) {
@@ -183,7 +292,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
 
   std::FILE* metrics = nullptr;
   if (rank == 0 && !args.metrics.empty()) {
-    metrics = std::fopen(args.metrics.c_str(), "w");
+    if (start > 0) truncate_metrics(args.metrics, start);
+    metrics = std::fopen(args.metrics.c_str(), start > 0 ? "a" : "w");
     if (!metrics) err = "cannot write metrics file " + args.metrics + "; check the directory";
   }
   if (!all_ok(err.empty())) throw InputError(err.empty() ? "metrics file" : err);
@@ -199,39 +309,113 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
                   static_cast<long long>(trainer.geometry().microbatches));
     std::fflush(stdout);
   }
-  for (int s = 0; s < cfg.training.steps; ++s) {
+  int last_saved = start > 0 ? start : -1;  // the step whose checkpoint is committed
+  double last_save_s = -1, last_step_s = 0;
+  // A collective save of `step`; the log line is printed only after the commit (latest renamed).
+  auto checkpoint = [&](int step, std::string* why) -> bool {
+    try {
+      const SaveResult r = save_checkpoint(trainer, ck.dir, step, ck.keep, file->tokens());
+      last_saved = step;
+      last_save_s = r.seconds;
+      if (rank == 0) {
+        std::string removed;
+        for (const auto& p : r.removed) removed += (removed.empty() ? "; removed " : ", ") + std::filesystem::path(p).filename().string();
+        std::printf("meshrun-train: checkpoint committed: %s (%d shards, %s, %.3f s); latest = step-%d%s\n", r.path.c_str(),
+                    r.files, mib(r.bytes_total).c_str(), r.seconds, step, removed.c_str());
+        if (r.seconds > ck.signal_lead_s)
+          std::printf("meshrun-train: warning: this save took %.1f s, longer than checkpoint.signal_lead_s = %d s; a save "
+                      "asked for by the signal may not finish before the time limit: raise checkpoint.signal_lead_s\n",
+                      r.seconds, ck.signal_lead_s);
+        std::fflush(stdout);
+      }
+      return true;
+    } catch (const CheckpointError& e) {
+      *why = e.what();
+      return false;
+    }
+  };
+  // Budget for a best-effort save on SIGTERM: Slurm sends SIGKILL KillWait (default 30 s) after it.
+  constexpr double kTermBudgetS = 20.0;
+  for (int s = start; s < cfg.training.steps; ++s) {
     const StepStats st = trainer.step(s, schedule);
-    if (rank != 0) continue;
-    std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step\n", st.step,
-                cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, st.ms);
-    if (s == 0) {  // after one step the transient peak includes gathered units (ZeRO-3) and scratch
-      const MemoryReport m = trainer.memory();
-      std::printf("meshrun-train: memory per rank (ZeRO-%d): params %s, grads %s, optimizer %s, transient peak %s, "
-                  "total %s; activations %s; process max RSS %s\n",
-                  layout.zero_stage, mib(m.params).c_str(), mib(m.grads).c_str(), mib(m.optimizer).c_str(),
-                  mib(m.transient_peak).c_str(), mib(m.total()).c_str(),
-                  mib(trainer.activation_bytes()).c_str(), mib(max_rss_bytes()).c_str());
+    last_step_s = st.ms / 1000.0;
+    if (rank == 0) {
+      std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step\n", st.step,
+                  cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, st.ms);
+      if (s == start) {  // after one step the transient peak includes gathered units (ZeRO-3) and scratch
+        const MemoryReport m = trainer.memory();
+        std::printf("meshrun-train: memory per rank (ZeRO-%d): params %s, grads %s, optimizer %s, transient peak %s, "
+                    "total %s; activations %s; process max RSS %s\n",
+                    layout.zero_stage, mib(m.params).c_str(), mib(m.grads).c_str(), mib(m.optimizer).c_str(),
+                    mib(m.transient_peak).c_str(), mib(m.total()).c_str(),
+                    mib(trainer.activation_bytes()).c_str(), mib(max_rss_bytes()).c_str());
+      }
+      std::fflush(stdout);
+      if (metrics) {
+        std::string line;
+        JsonWriter w(line);
+        w.begin_object()
+            .field("step", st.step)
+            .field("loss", st.loss)
+            .field("grad_norm", st.grad_norm)
+            .field("lr", st.lr)
+            .field("tokens_per_s", st.tokens_per_s)
+            .field("ms_per_step", st.ms)
+            .field("memory_bytes", trainer.memory().total())
+            .field("pipeline_wait_ms", st.pipeline.wait_s * 1000.0)
+            .field("pipeline_compute_ms", st.pipeline.compute_s() * 1000.0)
+            .end_object();
+        std::fprintf(metrics, "%s\n", line.c_str());
+        std::fflush(metrics);
+      }
     }
-    std::fflush(stdout);
-    if (metrics) {
-      std::string line;
-      JsonWriter w(line);
-      w.begin_object()
-          .field("step", st.step)
-          .field("loss", st.loss)
-          .field("grad_norm", st.grad_norm)
-          .field("lr", st.lr)
-          .field("tokens_per_s", st.tokens_per_s)
-          .field("ms_per_step", st.ms)
-          .field("memory_bytes", trainer.memory().total())
-          .field("pipeline_wait_ms", st.pipeline.wait_s * 1000.0)
-          .field("pipeline_compute_ms", st.pipeline.compute_s() * 1000.0)
-          .end_object();
-      std::fprintf(metrics, "%s\n", line.c_str());
-      std::fflush(metrics);
+    if (ck.dir.empty()) continue;
+    const int stop = agreed_stop_bits();  // every rank, every step: the same decision
+    std::string why;
+    if (stop != 0) {
+      if (metrics) {
+        std::fclose(metrics);
+        metrics = nullptr;
+      }
+      const bool requested = stop & 1;
+      const char* sig = requested ? signal_text(g_checkpoint_signal) : "TERM";
+      if (rank == 0) {
+        std::printf("meshrun-train: SIG%s received; stopping after step %d\n", sig, s + 1);
+        std::fflush(stdout);
+      }
+      bool saved = last_saved == s + 1;
+      if (!saved && !requested && last_save_s >= 0 && last_save_s + last_step_s > kTermBudgetS) {
+        char b[200];
+        std::snprintf(b, sizeof b, "the last save took %.1f s, more than the %.0f s a SIGTERM leaves before SIGKILL",
+                      last_save_s, kTermBudgetS);
+        why = b;
+      } else if (!saved) {
+        saved = checkpoint(s + 1, &why);
+      }
+      if (rank == 0) {
+        if (saved) {
+          write_status_file(ck.dir, "saved " + std::to_string(s + 1) + " " + sig);
+          std::printf("meshrun-train: stopped after step %d on SIG%s; checkpoint step-%d is committed; %s says so; every "
+                      "rank exits %d\n", s + 1, sig, s + 1, status_file_path(ck.dir).c_str(), kPreemptedExitCode);
+        } else {
+          write_status_file(ck.dir, "not-saved " + std::to_string(s + 1) + " " + sig + " " + why);
+          std::printf("meshrun-train: stopped after step %d on SIG%s without saving: %s; latest checkpoint: %s\n", s + 1,
+                      sig, why.c_str(), last_saved > 0 ? ("step-" + std::to_string(last_saved)).c_str() : "none");
+        }
+        std::fflush(stdout);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);  // no rank exits before the status file exists
+      return saved ? kPreemptedExitCode : 1;
     }
+    if (ck.interval > 0 && (s + 1) % ck.interval == 0 && s + 1 < cfg.training.steps && !checkpoint(s + 1, &why))
+      throw InputError(why);
   }
   if (metrics) std::fclose(metrics);
+  if (!ck.dir.empty()) {
+    std::string why;
+    if (last_saved != cfg.training.steps && !checkpoint(cfg.training.steps, &why)) throw InputError(why);
+    if (rank == 0) write_status_file(ck.dir, "finished " + std::to_string(cfg.training.steps));
+  }
   if (!cfg.checkpoint.save.empty()) {
     trainer.save(cfg.checkpoint.save);
     if (rank == 0) std::printf("meshrun-train: saved %s\n", cfg.checkpoint.save.c_str());

@@ -176,6 +176,36 @@ void ParamStore<T>::write_unit(int u, const T* full) {
 }
 
 template <class T>
+const T* ParamStore<T>::param_region(int u) const {
+  require_held(u);
+  return stage_ == 3 ? params_[u].data() : params_[u].data() + shard_begin(u);
+}
+
+template <class T>
+const T* ParamStore<T>::exp_avg_region(int u) const {
+  require_held(u);
+  return stage_ == 0 ? m_[u].data() + shard_begin(u) : m_[u].data();
+}
+
+template <class T>
+const T* ParamStore<T>::exp_avg_sq_region(int u) const {
+  require_held(u);
+  return stage_ == 0 ? v_[u].data() + shard_begin(u) : v_[u].data();
+}
+
+template <class T>
+void ParamStore<T>::write_state(int u, const T* params, const T* exp_avg, const T* exp_avg_sq) {
+  write_unit(u, params);
+  const std::int64_t n = table_.units[u].size;
+  const std::int64_t lo = stage_ == 0 ? 0 : shard_begin(u);
+  for (std::size_t i = 0; i < m_[u].size(); ++i) {
+    const std::int64_t g = lo + static_cast<std::int64_t>(i);
+    m_[u][i] = g < n ? exp_avg[g] : T(0);
+    v_[u][i] = g < n ? exp_avg_sq[g] : T(0);
+  }
+}
+
+template <class T>
 MemoryReport ParamStore<T>::memory() const {
   MemoryReport r;
   for (std::size_t u = 0; u < params_.size(); ++u) {

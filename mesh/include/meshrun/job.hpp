@@ -89,6 +89,7 @@ struct DataSpec {
 struct CheckpointSpec {
   std::string dir;
   int interval = 0;                   // steps; 0 = only on signal / at end
+  int keep = 2;                       // complete checkpoints kept in dir (older ones are removed)
   bool resume = true;
   std::string signal = "USR1";
   int signal_lead_s = 120;

@@ -85,6 +85,11 @@ class Trainer {
   bool holds(int unit) const { return store_.holds(unit); }
   // Visible causal (query, key) pairs this rank's attention computed so far (the CP load-balance counter).
   std::int64_t attention_pairs() const { return cpctx_.pairs; }
+  // For sharded checkpoints (checkpoint.hpp).
+  const JobConfig& config() const { return cfg_; }
+  const RankGrid& grid() const { return grid_; }
+  const Coord& coord() const { return coord_; }
+  Comm& world() const { return *groups_.world; }
 
  private:
   // Per-unit flat local buffers of the held units -> every tensor in its global shape, on every rank

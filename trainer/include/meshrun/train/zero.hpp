@@ -66,6 +66,14 @@ class ParamStore {
   // Reduced gradient of unit u's own shard region (index 0 = element r·s of the unit).
   const T* grad_shard(int u) const;
   std::int64_t shard_len(int u) const { return shard_[u]; }
+  // Checkpoints: this rank's ZeRO shard region [shard_begin(u), shard_begin(u) + shard_len(u)) of unit u's
+  // parameters and Adam moments (at stage 0 too, so every element is written once per TP block).
+  const T* param_region(int u) const;
+  const T* exp_avg_region(int u) const;
+  const T* exp_avg_sq_region(int u) const;
+  // Restores unit u from full local buffers (the unit's unpadded size): parameters as write_unit, the
+  // moments as this rank holds them (stage 0 whole, else its shard). No communication.
+  void write_state(int u, const T* params, const T* exp_avg, const T* exp_avg_sq);
   std::int64_t shard_begin(int u) const { return static_cast<std::int64_t>(groups_[u]->rank()) * shard_[u]; }
 
   MemoryReport memory() const;

@@ -1,0 +1,92 @@
+#!/bin/bash
+# Checkpoints as a user runs them (real mpirun, real signals, real files): interval saves + keep, a USR1 in
+# the middle of a run (save, status file, exit 75), the resumed run's metrics equal the uninterrupted run's
+# bit for bit, resume wins over checkpoint.load and says so, resume = false starts fresh, bad checkpoints
+# are one line naming the file and the setting (exit 2).
+# usage: checkpoint_cli.sh MESHRUN_TRAIN MESHRUN_TOKENIZE TEMPLATE MPIRUN
+set -u
+TRAIN=$1 TOKENIZE=$2 TEMPLATE=$3 MPIRUN=$4
+MPI=("$MPIRUN" --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
+DIR=$(mktemp -d /tmp/meshrun-ckpt-cli-XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+fail=0
+pass() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+# expect CODE PATTERN DESCRIPTION -- command...
+expect() {
+  local code=$1 pattern=$2 what=$3; shift 4
+  "$@" >"$DIR/out" 2>&1; local rc=$?
+  if [[ $rc -ne $code ]]; then bad "$what: exit $rc, expected $code"; sed 's/^/     | /' "$DIR/out" | tail -8; return; fi
+  if [[ -n $pattern ]] && ! grep -q -- "$pattern" "$DIR/out"; then bad "$what: output lacks '$pattern'"; sed 's/^/     | /' "$DIR/out" | tail -8; return; fi
+  pass "$what"
+}
+# step, loss, grad_norm, lr of every metrics line (the text is the shortest round-trip form: equal text = equal bits)
+numbers() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+
+"$TOKENIZE" "$DIR/corpus.bin" /usr/share/common-licenses >/dev/null || { echo "FAIL tokenizer"; exit 1; }
+STEPS=24
+RUN=("${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set training.steps=$STEPS)
+
+# 1. Uninterrupted reference, saving every 8 steps (8, 16 and 24 at the end) with keep = 2.
+expect 0 "latest = step-24" "uninterrupted run with checkpoint.interval = 8" -- "${RUN[@]}" \
+  --set checkpoint.dir="$DIR/ref" --set checkpoint.interval=8 --metrics "$DIR/ref.jsonl" --set checkpoint.save="$DIR/ref.safetensors"
+n=$(grep -c "checkpoint committed" "$DIR/out")
+[[ $n -eq 3 ]] && pass "three commits logged (steps 8, 16, 24)" || bad "$n commits logged, expected 3"
+grep -q "starting at step 0 from initialization" "$DIR/out" && pass "the log says the run starts from initialization" || bad "no start line"
+[[ -d $DIR/ref/step-16 && -d $DIR/ref/step-24 && ! -e $DIR/ref/step-8 ]] && pass "checkpoint.keep = 2 keeps step-16 and step-24" \
+  || bad "kept: $(ls "$DIR/ref" | tr '\n' ' ')"
+[[ $(cat "$DIR/ref/latest") == step-24 ]] && pass "latest = step-24" || bad "latest: $(cat "$DIR/ref/latest")"
+[[ $(cat "$DIR/ref/status") == "finished 24" ]] && pass "status file: finished 24" || bad "status: $(cat "$DIR/ref/status")"
+[[ $(ls "$DIR/ref/step-24" | grep -c '^rank-.*\.safetensors$') -eq 4 ]] && pass "one shard per rank" || bad "shards: $(ls "$DIR/ref/step-24")"
+python3 -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['version']==1 and m['step']==24 and m['consumed_samples']==24*16 and m['layout']['tp']==2" \
+  "$DIR/ref/step-24/manifest.json" && pass "manifest: version, step, consumed samples, layout" || bad "manifest fields"
+
+# 2. USR1 in the middle: the trainer saves after the step in which every rank has seen it, writes the status
+#    file and every rank exits 75; the rerun resumes there and finishes with the reference's numbers.
+"${RUN[@]}" --set checkpoint.dir="$DIR/sig" --metrics "$DIR/sig.jsonl" --set checkpoint.save="$DIR/sig.safetensors" \
+  >"$DIR/sig1.out" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [[ -f $DIR/sig.jsonl && $(wc -l <"$DIR/sig.jsonl") -ge 3 ]] && break; sleep 0.1; done
+kill -USR1 "$pid"
+wait "$pid"; rc=$?
+[[ $rc -eq 75 ]] && pass "after USR1 the job exits 75" || { bad "after USR1: exit $rc, expected 75"; tail -5 "$DIR/sig1.out"; }
+read -r state saved sig <"$DIR/sig/status" 2>/dev/null
+[[ $state == saved && $sig == USR1 && $saved -gt 0 && $saved -lt $STEPS ]] && pass "status file: saved $saved USR1" \
+  || bad "status file: '$(cat "$DIR/sig/status" 2>/dev/null)'"
+grep -q "stopped after step $saved on SIGUSR1; checkpoint step-$saved is committed" "$DIR/sig1.out" \
+  && pass "the log says the save at step $saved was committed" || bad "no committed line in the log"
+[[ $(cat "$DIR/sig/latest") == step-$saved ]] && pass "latest = step-$saved" || bad "latest is not step-$saved"
+expect 0 "resuming from $DIR/sig/step-$saved: step $saved" "the rerun resumes at step $saved" -- "${RUN[@]}" \
+  --set checkpoint.dir="$DIR/sig" --metrics "$DIR/sig.jsonl" --set checkpoint.save="$DIR/sig.safetensors"
+if diff <(numbers "$DIR/ref.jsonl") <(numbers "$DIR/sig.jsonl") >"$DIR/diff"; then
+  pass "two segments' loss, grad_norm and lr == the uninterrupted run's, all $STEPS steps, bit for bit"
+else bad "segments differ from the uninterrupted run:"; head -4 "$DIR/diff"; fi
+cmp -s "$DIR/ref.safetensors" "$DIR/sig.safetensors" && pass "final weights identical to the uninterrupted run's" \
+  || bad "final weights differ"
+
+# 3. Resume wins over checkpoint.load, and says so; a finished checkpoint resumes with nothing left to do.
+expect 0 "checkpoint.load = $DIR/ref.safetensors not used (the checkpoint wins)" "resume wins over checkpoint.load" -- \
+  "${RUN[@]}" --set checkpoint.dir="$DIR/ref" --set checkpoint.load="$DIR/ref.safetensors"
+grep -q "checkpoint committed" "$DIR/out" && bad "a resumed finished run saved again" || pass "no save when step-24 is already the latest"
+expect 0 "checkpoint.resume = false" "checkpoint.resume = false starts from initialization" -- "${MPI[@]}" -np 4 "$TRAIN" \
+  "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set training.steps=2 --set checkpoint.dir="$DIR/fresh" \
+  --set checkpoint.resume=false
+expect 0 "resuming from $DIR/ref/step-24" "another layout (tp 1 × dp 4, ZeRO-3) resumes the same checkpoint" -- \
+  "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set training.steps=$STEPS \
+  --set checkpoint.dir="$DIR/ref" --set parallel.tp=1 --set parallel.zero_stage=3
+
+# 4. Bad checkpoints: one line naming the file and the setting or tensor, exit 2.
+expect 2 "manifest.json: training.steps = 24 in the checkpoint but 30 in this run" "another training.steps is refused" -- \
+  "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set training.steps=30 --set checkpoint.dir="$DIR/ref"
+cp -r "$DIR/ref" "$DIR/bad"
+shard=$DIR/bad/step-24/rank-00003.safetensors
+printf 'x' | dd of="$shard" bs=1 seek=$(($(stat -c %s "$shard") - 100)) conv=notrunc 2>/dev/null
+expect 2 "rank-00003.safetensors: tensor .*hash" "a modified shard is named with its tensor" -- "${RUN[@]}" --set checkpoint.dir="$DIR/bad"
+lines=$(grep -c "meshrun-train:" "$DIR/out")
+[[ $lines -eq 1 ]] && pass "one line" || bad "$lines lines"
+echo "step-99" >"$DIR/bad/latest"
+expect 2 "latest names $DIR/bad/step-99, which has no manifest.json" "latest naming a missing checkpoint" -- "${RUN[@]}" \
+  --set checkpoint.dir="$DIR/bad"
+expect 2 "checkpoint.dir = /proc/nope cannot be created" "an unwritable checkpoint.dir is refused before training" -- \
+  "${RUN[@]}" --set checkpoint.dir=/proc/nope
+exit $fail
