@@ -1,6 +1,7 @@
 #include "meshrun/train/context_parallel.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "meshrun/kernels/cpu.hpp"
@@ -11,6 +12,13 @@ namespace kc = meshrun::kernels::cpu;
 
 namespace {
 constexpr int kTagKv = 21, kTagDkv = 22;
+
+// Adds the scope's wall time to a counter.
+struct Timed {
+  double& total;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~Timed() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
 
 // Global chunk index of local half j (0 or 1) of CP rank r: chunks r and 2·cp−1−r.
 int chunk_of(int r, int j, int cp) { return j == 0 ? r : 2 * cp - 1 - r; }
@@ -84,6 +92,7 @@ void ContextParallel<T>::resize() {
 template <class T>
 void cp_attention_forward(ContextParallel<T>& cp, T* out, T* lse, const T* q, const T* k, const T* v,
                           const std::int32_t* qpos, double scale) {
+  const Timed timed{cp.seconds};
   const std::int64_t S = cp.seq, hq = cp.hq, hkv = cp.hkv, dh = cp.dh;
   const int P = cp.size(), r = cp.rank();
   if (P == 1) {
@@ -126,6 +135,7 @@ void cp_attention_forward(ContextParallel<T>& cp, T* out, T* lse, const T* q, co
 template <class T>
 void cp_attention_backward(ContextParallel<T>& cp, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse,
                            const T* q, const T* k, const T* v, const std::int32_t* qpos, double scale) {
+  const Timed timed{cp.seconds};
   const std::int64_t S = cp.seq, hq = cp.hq, hkv = cp.hkv, dh = cp.dh;
   const int P = cp.size(), r = cp.rank();
   if (P == 1) {

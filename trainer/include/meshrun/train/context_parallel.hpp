@@ -43,8 +43,10 @@ struct ContextParallel {
   std::int64_t mbs = 0, hq = 0, hkv = 0, dh = 0;
   // Scratch (sized by resize()).
   std::vector<T> kv_send, kv_recv, kv_all, dkv_send, dkv_recv, dkv_all, part_out, part_lse;
-  // Visible (query, key) pairs this rank computed, summed over calls: the causal-attention work counter.
+  // Visible (query, key) pairs this rank computed, summed over calls: the causal-attention work counter;
+  // and the seconds spent in attention (forward and backward, communication included).
   std::int64_t pairs = 0;
+  double seconds = 0;
 
   int size() const { return cp ? cp->size() : 1; }
   int rank() const { return cp ? cp->rank() : 0; }

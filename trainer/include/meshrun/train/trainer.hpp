@@ -85,6 +85,7 @@ class Trainer {
   bool holds(int unit) const { return store_.holds(unit); }
   // Visible causal (query, key) pairs this rank's attention computed so far (the CP load-balance counter).
   std::int64_t attention_pairs() const { return cpctx_.pairs; }
+  double attention_seconds() const { return cpctx_.seconds; }
   // For sharded checkpoints (checkpoint.hpp).
   const JobConfig& config() const { return cfg_; }
   const RankGrid& grid() const { return grid_; }
