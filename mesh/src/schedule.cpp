@@ -109,7 +109,7 @@ std::vector<std::vector<Action>> interleaved_order(const ScheduleSpec& spec) {
   return order;
 }
 
-// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §3; the order of the authors' reference
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"; the order of the authors' reference
 // schedule, sail-sg/zero-bubble-pipeline-parallelism): B and W split, W deferred into the cool-down. Rank i
 // runs 1F1B's pp−i−1 warm-up forwards, then i (F, B) pairs that defer their W, then (F, B, W) triples,
 // then (B, W) pairs, then the deferred Ws. At most pp activation slots are live on any rank, 1F1B's peak
