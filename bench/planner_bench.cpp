@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
       best = std::min(best, s);
       total += s;
     }
-    std::printf("%s: search best %.3f s, mean %.3f s over %d runs\n", c.name, best, total / repeats, repeats);
+    std::printf("%s: search best %.3f s, mean %.3f s over %d runs (%lld schedule tables, %lld simulations)\n",
+                c.name, best, total / repeats, repeats, (long long)r.pipeline_tables, (long long)r.pipeline_simulations);
     print_search_table(std::cout, r);
     std::cout << "\n";
   }

@@ -34,6 +34,8 @@ const char* kPlanHelp =
     "  --all                    print every node (the table shows the first two and the last by default)\n"
     "  --estimate               add memory and step-time estimates\n"
     "  --search [--top N]       rank every valid layout for this model and cluster by estimated step time\n"
+    "  --schedule               add the pipeline schedule: a timeline per pp rank (unit costs F = B = W = 1),\n"
+    "                           its bubble_fraction and peak_live_microbatches (json: per-rank action lists)\n"
     "  --topology FILE.xml      use this hwloc XML node topology for every node (NIC and CPU set per rank)\n"
     "%s"
     "\n"
@@ -41,6 +43,7 @@ const char* kPlanHelp =
     "  meshrun plan templates/llama3-405b.toml\n"
     "  meshrun plan templates/llama3-8b.toml --mesh-tp 4 --mesh-dp auto --format json\n"
     "  meshrun plan templates/tiny.toml --nodes 2 --gpus-per-node 4 --set parallel.pp=2\n"
+    "  meshrun plan templates/llama3-70b.toml --schedule --format svg > 70b.svg\n"
     "\n"
     "exit status: 0 valid, 2 invalid input (reasons on stderr, nothing on stdout)\n";
 
@@ -56,7 +59,7 @@ int cmd_plan(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   ConfigRequest req;
   std::string format = "table", topology_xml;
-  bool all = false, estimate = false, search = false;
+  bool all = false, estimate = false, search = false, schedule = false;
   int top = 10;
   try {
     for (size_t i = 0; i < args.size();) {
@@ -86,12 +89,15 @@ int cmd_plan(int argc, char** argv) {
       if (a == "--all") { all = true; ++i; continue; }
       if (a == "--estimate") { estimate = true; ++i; continue; }
       if (a == "--search") { search = true; ++i; continue; }
+      if (a == "--schedule") { schedule = true; ++i; continue; }
       if (!a.empty() && a[0] == '-') throw ConfigError("unknown option '" + a + "'; see 'meshrun plan --help'");
       if (!req.template_path.empty())
         throw ConfigError("more than one template ('" + req.template_path + "' and '" + a + "'); give one");
       req.template_path = a;
       ++i;
     }
+    if (schedule && search)
+      throw ConfigError("--schedule shows the template's own layout and --search ranks other layouts; use one of them");
   } catch (const ConfigError& e) {
     return fail(e.what());
   }
@@ -152,6 +158,10 @@ int cmd_plan(int argc, char** argv) {
   }
 #endif
 
+  // [schedule] The layout's pipeline schedule; validate() applied the schedule rule, so it generates.
+  std::optional<cli::ScheduleView> sched;
+  if (schedule) sched = cli::make_schedule_view(cfg.job, *layout);
+
   RankMap map(*layout, cluster);
   std::vector<std::string> warnings = layout_warnings(cfg.job, *layout, cluster);
   const int network = static_cast<int>(Link::network);
@@ -192,7 +202,7 @@ int cmd_plan(int argc, char** argv) {
 
   if (format == "svg") {
     // [svg]
-    render_svg(std::cout, map, cfg);
+    render_svg(std::cout, map, cfg, sched ? &*sched : nullptr);
     return 0;
     // [/svg]
   }
@@ -202,6 +212,10 @@ int cmd_plan(int argc, char** argv) {
     JsonWriter j(out);
     j.begin_object();
     cli::render_plan_json_body(j, view);
+    if (sched) {
+      j.key("schedule");
+      cli::render_schedule_json(j, *sched);
+    }
 #ifdef MESHRUN_HAVE_PLANNER
     if (estimate) {
       j.key("estimate").raw(planner::estimate_json(*est));
@@ -220,6 +234,10 @@ int cmd_plan(int argc, char** argv) {
     planner::print_estimate_table(o, *est);
   }
 #endif
+  if (sched) {
+    o << "\n";
+    cli::render_schedule_table(o, *sched);
+  }
   std::fputs(o.str().c_str(), stdout);
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "plan_render.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -216,6 +217,92 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   j.key("warnings").begin_array();
   for (const auto& w : v.warnings) j.value(w);
   j.end_array();
+}
+
+ScheduleView make_schedule_view(const JobConfig& job, const Layout& layout) {
+  const TrainingSpec& t = job.training;
+  ScheduleSpec spec;
+  spec.kind = *parse_pipeline_schedule(job.parallel.pipeline_schedule);  // the config accepts only known names
+  spec.pp = layout.pp;
+  spec.virtual_stages = layout.virtual_stages;
+  spec.microbatches = int(t.global_batch_size / (int64_t(layout.dp) * t.micro_batch_size));
+  ScheduleView v{generate_schedule(spec), ScheduleCosts{}, {}};
+  v.timeline = simulate_schedule(v.table, v.costs);
+  return v;
+}
+
+std::string action_label(const Action& a, int virtual_stages) {
+  std::string s = std::string(action_name(a.kind)) + std::to_string(a.microbatch);
+  if (virtual_stages > 1) s += "c" + std::to_string(a.chunk);
+  return s;
+}
+
+void render_schedule_table(std::ostream& o, const ScheduleView& v) {
+  const ScheduleSpec& spec = v.table.spec;
+  const Timeline& tl = v.timeline;
+  o << "pipeline schedule  " << pipeline_schedule_name(spec.kind) << ": " << spec.pp << " rank"
+    << (spec.pp == 1 ? "" : "s");
+  if (spec.virtual_stages > 1) o << " × " << spec.virtual_stages << " chunks (chunk c on rank c mod " << spec.pp << ")";
+  o << ", " << spec.microbatches << " micro-batch" << (spec.microbatches == 1 ? "" : "es") << " per step\n";
+  o << "  unit costs: F = B = W = 1 per chunk (fused BW = 2), free transfers; one column per time unit, . idle\n";
+  // Columns as wide as the longest label, so an action of d units spans d columns.
+  size_t width = 1;
+  for (int r = 0; r < spec.pp; ++r)
+    for (const TimedAction& ta : tl.ranks[r])
+      width = std::max(width, action_label(v.table.ranks[r][ta.index], spec.virtual_stages).size());
+  ++width;
+  const std::string rank_head = "rank " + std::to_string(spec.pp - 1);
+  for (int r = 0; r < spec.pp; ++r) {
+    std::string line = "  " + pad("rank " + std::to_string(r), rank_head.size()) + "  ";
+    long pos = 0;
+    for (const TimedAction& ta : tl.ranks[r]) {
+      const long start = std::lround(ta.start), end = std::lround(ta.end);
+      for (; pos < start; ++pos) line += pad(".", width);
+      line += pad(action_label(v.table.ranks[r][ta.index], spec.virtual_stages), size_t(end - start) * width);
+      pos = end;
+    }
+    for (; pos < std::lround(tl.makespan); ++pos) line += pad(".", width);
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    o << line << "\n";
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4f", tl.bubble_fraction);
+  o << "  bubble_fraction " << buf << " (idle ÷ (pp × makespan); makespan " << tl.makespan << ", idle per rank";
+  for (double idle : tl.idle) o << " " << idle;
+  o << ")\n";
+  o << "  peak_live_microbatches " << tl.peak_live_microbatches << " (per rank";
+  for (int p : tl.peak_live_per_rank) o << " " << p;
+  o << "; a slot lives from its F until its W or BW ends)\n";
+}
+
+void render_schedule_json(JsonWriter& j, const ScheduleView& v) {
+  const ScheduleSpec& spec = v.table.spec;
+  const Timeline& tl = v.timeline;
+  j.begin_object();
+  j.field("pipeline_schedule", pipeline_schedule_name(spec.kind)).field("pp", spec.pp);
+  j.field("virtual_stages", spec.virtual_stages).field("microbatches", spec.microbatches);
+  j.key("costs").begin_object();
+  j.field("f", v.costs.f.front()).field("b", v.costs.b.front()).field("w", v.costs.w.front());
+  j.field("transfer", v.costs.transfer).end_object();
+  j.key("ranks").begin_array();
+  for (int r = 0; r < spec.pp; ++r) {
+    std::vector<const TimedAction*> timed(v.table.ranks[r].size(), nullptr);
+    for (const TimedAction& ta : tl.ranks[r]) timed[ta.index] = &ta;
+    j.begin_object().field("rank", r).key("actions").begin_array();
+    for (size_t i = 0; i < v.table.ranks[r].size(); ++i) {
+      const Action& a = v.table.ranks[r][i];
+      j.begin_object().field("kind", action_name(a.kind)).field("microbatch", a.microbatch).field("chunk", a.chunk);
+      if (a.peer >= 0) j.field("peer", a.peer);
+      if (timed[i]) j.field("start", timed[i]->start).field("end", timed[i]->end);
+      j.end_object();
+    }
+    j.end_array();
+    j.field("idle", tl.idle[r]).field("peak_live", tl.peak_live_per_rank[r]).end_object();
+  }
+  j.end_array();
+  j.field("makespan", tl.makespan).field("bubble_fraction", tl.bubble_fraction);
+  j.field("peak_live_microbatches", tl.peak_live_microbatches);
+  j.end_object();
 }
 
 }  // namespace meshrun::cli

@@ -9,6 +9,7 @@
 #include "meshrun/config.hpp"
 #include "meshrun/json.hpp"
 #include "meshrun/rank_map.hpp"
+#include "meshrun/schedule.hpp"
 
 namespace meshrun::cli {
 
@@ -28,6 +29,21 @@ struct PlanView {
 void render_plan_table(std::ostream& out, const PlanView& v);
 // Writes the plan's keys into an object the caller has opened (so it can add sections such as "estimate").
 void render_plan_json_body(JsonWriter& j, const PlanView& v);
+
+// `meshrun plan --schedule`: the layout's pipeline schedule (mesh's generator) simulated with unit costs,
+// F = B = W = 1 per chunk (a fused BW costs 2) and free transfers, so each column of the timeline is one
+// time unit.
+struct ScheduleView {
+  ScheduleTable table;
+  ScheduleCosts costs;
+  Timeline timeline;
+};
+// The layout must have passed validate() (which applies the schedule rule).
+ScheduleView make_schedule_view(const JobConfig& job, const Layout& layout);
+// "F3", "BW3"; with virtual stages the chunk too: "F3c5".
+std::string action_label(const Action& a, int virtual_stages);
+void render_schedule_table(std::ostream& out, const ScheduleView& v);
+void render_schedule_json(JsonWriter& j, const ScheduleView& v);  // writes the "schedule" object's value
 
 // The rank formula of a layout, e.g. "rank = tp + 8·(cp + 1·(dp + 128·pp))".
 std::string rank_formula(const Layout& l);

@@ -1,10 +1,14 @@
 #include "svg.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "meshrun/schedule.hpp"
+#include "plan_render.hpp"
 
 namespace meshrun {
 namespace {
@@ -173,9 +177,66 @@ int draw_nodes(Canvas& cv, const RankMap& map, const std::vector<int>& nodes, in
   return y - y0;
 }
 
+// Schedule timeline: one row per pipeline rank, one box per compute action, time to the right.
+constexpr int kTimelineRowH = 22, kTimelineMaxW = 1600;
+const char* kColorF = "#4e79a7", *kColorB = "#f28e2b", *kColorW = "#59a14f";
+
+// Draws the timeline from y; returns the height used and widens *width to fit.
+int draw_schedule(Canvas& cv, const cli::ScheduleView& v, int x0, int y0, int* width) {
+  const ScheduleSpec& spec = v.table.spec;
+  const Timeline& tl = v.timeline;
+  // Pixels per time unit: wide enough for a label where the step is short, at least 4 px where it is long.
+  const double unit = std::clamp(double(kTimelineMaxW) / std::max(1.0, tl.makespan), 4.0, 30.0);
+  *width = std::max(*width, int(x0 + kLabelW + tl.makespan * unit) + kMargin);
+  int y = y0;
+  char frac[32];
+  std::snprintf(frac, sizeof frac, "%.4f", tl.bubble_fraction);
+  std::ostringstream head;
+  head << "Pipeline schedule: " << pipeline_schedule_name(spec.kind) << ", " << spec.microbatches
+       << " micro-batches" << (spec.virtual_stages > 1 ? ", " + std::to_string(spec.virtual_stages) + " chunks per rank" : "")
+       << "; bubble_fraction " << frac << ", peak_live_microbatches " << tl.peak_live_microbatches;
+  cv.text(x0, y + 12, head.str(), "class=\"section\"");
+  y += 18;
+  cv.text(x0, y + 12, "Unit costs: F = B = W = 1 per chunk (fused BW = 2), free transfers. Hover a box for its action.",
+          "class=\"small\"");
+  y += 22;
+  for (int r = 0; r < spec.pp; ++r) {
+    cv.text(x0, y + 15, "pp rank " + std::to_string(r), "class=\"small\"");
+    const double left = x0 + kLabelW;
+    cv.rect(left, y, tl.makespan * unit, kTimelineRowH - 4, "fill=\"#eeeeee\"");  // idle shows through
+    for (const TimedAction& ta : tl.ranks[r]) {
+      const Action& a = v.table.ranks[r][ta.index];
+      const double x = left + ta.start * unit, w = (ta.end - ta.start) * unit;
+      cv.body << "<g><title>" << esc("rank " + std::to_string(r) + ": " + action_text(a)) << "</title>\n";
+      if (a.kind == ActionKind::BW) {  // its B part, then its W part
+        const double split = w * v.costs.b.front() / (v.costs.b.front() + v.costs.w.front());
+        cv.rect(x, y, split, kTimelineRowH - 4, std::string("fill=\"") + kColorB + "\" class=\"act\"");
+        cv.rect(x + split, y, w - split, kTimelineRowH - 4, std::string("fill=\"") + kColorW + "\" class=\"act\"");
+      } else {
+        const char* fill = a.kind == ActionKind::F ? kColorF : a.kind == ActionKind::B ? kColorB : kColorW;
+        cv.rect(x, y, w, kTimelineRowH - 4, std::string("fill=\"") + fill + "\" class=\"act\"");
+      }
+      const std::string label = cli::action_label(a, spec.virtual_stages);
+      if (w >= 7.0 * label.size()) cv.text(x + w / 2, y + 13, label, "class=\"act-label\"");
+      cv.body << "</g>\n";
+    }
+    y += kTimelineRowH;
+  }
+  y += 6;
+  int x = x0;
+  for (auto [name, fill] : {std::pair{"F forward", kColorF}, {"B input gradient", kColorB},
+                            {"W weight gradient (a fused BW: B then W)", kColorW}, {"idle", "#eeeeee"}}) {
+    cv.rect(x, y, 14, 14, std::string("rx=\"3\" fill=\"") + fill + "\"");
+    cv.text(x + 20, y + 11, name, "class=\"small\"");
+    x += 30 + 7 * int(std::string(name).size());
+  }
+  y += 22;
+  return y - y0;
+}
+
 }  // namespace
 
-void render_svg(std::ostream& out, const RankMap& map, const Config& cfg) {
+void render_svg(std::ostream& out, const RankMap& map, const Config& cfg, const cli::ScheduleView* schedule) {
   const Cluster& cl = map.cluster();
   const Layout& l = map.layout();
   Canvas cv;
@@ -261,10 +322,11 @@ void render_svg(std::ostream& out, const RankMap& map, const Config& cfg) {
     cv.rect(x, yy, 14, 14, "rx=\"3\" fill=\"" + stage_color(stage, l.pp) + "\" class=\"gpu\"");
     std::string label = "stage " + std::to_string(stage);
     if (layers) {
-      // Interleaved pipelines: stage s holds chunks s, s + pp, s + 2·pp, ...; the picture gives the total.
+      // Interleaved pipelines: a stage holds every chunk c with chunk_rank(c) == stage; the picture gives the total.
       int first = 0, count = 0;
       for (int i = 0; i < stage; ++i) first += (*layers)[i];
-      for (int v = 0; v < l.virtual_stages; ++v) count += (*layers)[stage + v * l.pp];
+      for (int c = 0; c < int(layers->size()); ++c)
+        if (chunk_rank(c, l.pp) == stage) count += (*layers)[c];
       if (l.virtual_stages == 1)
         label += count == 1 ? ": layer " + std::to_string(first)
                             : ": layers " + std::to_string(first) + "-" + std::to_string(first + count - 1);
@@ -310,6 +372,10 @@ void render_svg(std::ostream& out, const RankMap& map, const Config& cfg) {
     cv.text(x0, y + 12, unused + ": size 1 (not split)", "class=\"small\"");
     y += 17;
   }
+  if (schedule) {
+    y += 10;
+    y += draw_schedule(cv, *schedule, x0, y, &width);
+  }
   int height = y + kMargin;
 
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
@@ -327,6 +393,8 @@ void render_svg(std::ostream& out, const RankMap& map, const Config& cfg) {
       << ".tp{fill:none;stroke:#1d3557;stroke-width:2.5}\n"
       << ".split{stroke:#c1121f;stroke-dasharray:6 3}\n"
       << "g:hover .gpu{stroke:#000;stroke-width:2}\n"
+      << ".act{stroke:#fff;stroke-width:0.6}\n"
+      << ".act-label{font-size:10px;fill:#fff;text-anchor:middle}\n"
       << "</style>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"#fbfbfd\"/>\n"
       << cv.body.str() << "</svg>\n";

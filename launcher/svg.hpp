@@ -9,9 +9,14 @@
 #include "meshrun/rank_map.hpp"
 
 namespace meshrun {
+namespace cli {
+struct ScheduleView;
+}
 
 inline constexpr int kSvgDetailNodes = 16;
 
-void render_svg(std::ostream& out, const RankMap& map, const Config& cfg);
+// With a schedule (`--schedule`), the picture ends with its timeline: a row per pipeline rank, F, B and W
+// in their own colours (a fused BW drawn as its B part then its W part), idle time left blank.
+void render_svg(std::ostream& out, const RankMap& map, const Config& cfg, const cli::ScheduleView* schedule = nullptr);
 
 }  // namespace meshrun

@@ -82,10 +82,11 @@ std::vector<std::vector<Action>> one_f_one_b_order(const ScheduleSpec& spec) {
   return order;
 }
 
-// Interleaved 1F1B, Megatron-LM's forward_backward_pipelining_with_interleaving with
-// microbatch_group_size_per_vp_stage = pp: virtual micro-batch k runs micro-batch (k / (pp·V))·pp + k mod pp
-// on virtual stage (k mod (pp·V)) / pp (counted from the last stage for backwards). Warm-up is
-// 2·(pp−i−1) + (V−1)·pp forwards, or all of them when m = pp.
+// Interleaved 1F1B, Megatron-LM's forward_backward_pipelining_with_interleaving (megatron/core/
+// pipeline_parallel/schedules.py) with microbatch_group_size_per_vp_stage = pp: virtual micro-batch k runs
+// micro-batch (k / (pp·V))·pp + k mod pp on virtual stage (k mod (pp·V)) / pp (counted from the last stage
+// for backwards). Rank i's warm-up is 2·(pp−i−1) + (V−1)·pp forwards, all of them if that is more (current
+// Megatron; older versions ran all forwards first whenever m = pp).
 std::vector<std::vector<Action>> interleaved_order(const ScheduleSpec& spec) {
   const int pp = spec.pp, v = spec.virtual_stages, m = spec.microbatches, total = m * v;
   std::vector<std::vector<Action>> order(pp);
@@ -95,7 +96,7 @@ std::vector<std::vector<Action>> interleaved_order(const ScheduleSpec& spec) {
       int stage = (k % (pp * v)) / pp;
       return (forward ? stage : v - 1 - stage) * pp + r;
     };
-    const int warmup = m == pp ? total : std::min(total, 2 * (pp - r - 1) + (v - 1) * pp);
+    const int warmup = std::min(total, 2 * (pp - r - 1) + (v - 1) * pp);
     auto forward = [&](int k) { order[r].push_back(compute(ActionKind::F, microbatch(k), chunk(k, true))); };
     auto backward = [&](int k) { order[r].push_back(compute(ActionKind::BW, microbatch(k), chunk(k, false))); };
     for (int k = 0; k < warmup; ++k) forward(k);
@@ -108,7 +109,7 @@ std::vector<std::vector<Action>> interleaved_order(const ScheduleSpec& spec) {
   return order;
 }
 
-// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §3; the order of the authors' reference
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"; the order of the authors' reference
 // schedule, sail-sg/zero-bubble-pipeline-parallelism): B and W split, W deferred into the cool-down. Rank i
 // runs 1F1B's pp−i−1 warm-up forwards, then i (F, B) pairs that defer their W, then (F, B, W) triples,
 // then (B, W) pairs, then the deferred Ws. At most pp activation slots are live on any rank, 1F1B's peak
@@ -326,15 +327,17 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
     std::vector<char> done_f(g.size(), 0), done_b(g.size(), 0), got_act(g.size(), 0), got_grad(g.size(), 0);
     for (const Action& a : table.ranks[r]) {
       const int mb = a.microbatch, c = a.chunk, i = g.at(mb, c);
-      auto needs = [&](bool ok, const std::string& what) {
-        if (!ok) problems.push_back(at(r, a) + " runs before " + what + "; move it after that on rank " + s(r));
+      auto needs = [&](bool ok, ActionKind what, const char* note = "") {
+        if (!ok)
+          problems.push_back(at(r, a) + " runs before " + action_text(compute(what, mb, c)) + note +
+                             "; move it after that on rank " + s(r));
       };
       auto input = [&](bool earlier_compute, bool received, ActionKind recv_kind, int from_chunk, ActionKind compute_kind) {
         if (earlier_compute || received) return;
         std::string what = chunk_rank(from_chunk, pp) == r
                                ? action_text(compute(compute_kind, mb, from_chunk))
                                : action_text(Action{recv_kind, mb, from_chunk, chunk_rank(from_chunk, pp)});
-        needs(false, what);
+        problems.push_back(at(r, a) + " runs before " + what + "; move it after that on rank " + s(r));
       };
       switch (a.kind) {
         case ActionKind::F:
@@ -343,14 +346,14 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
           break;
         case ActionKind::B:
         case ActionKind::BW:
-          needs(done_f[i], action_text(compute(ActionKind::F, mb, c)));
+          needs(done_f[i], ActionKind::F);
           if (c < last)
             input(done_b[g.at(mb, c + 1)], got_grad[g.at(mb, c + 1)], ActionKind::recv_grad, c + 1, ActionKind::B);
           done_b[i] = 1;
           break;
-        case ActionKind::W: needs(done_b[i], action_text(compute(ActionKind::B, mb, c))); break;
-        case ActionKind::send_act: needs(done_f[i], action_text(compute(ActionKind::F, mb, c))); break;
-        case ActionKind::send_grad: needs(done_b[i], action_text(compute(ActionKind::B, mb, c)) + " (or BW)"); break;
+        case ActionKind::W: needs(done_b[i], ActionKind::B); break;
+        case ActionKind::send_act: needs(done_f[i], ActionKind::F); break;
+        case ActionKind::send_grad: needs(done_b[i], ActionKind::B, " (or BW)"); break;
         case ActionKind::recv_act: got_act[i] = 1; break;
         case ActionKind::recv_grad: got_grad[i] = 1; break;
       }
@@ -397,11 +400,20 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
 Timeline simulate_schedule(const ScheduleTable& table, const ScheduleCosts& costs) {
   if (auto problems = validate_schedule(table); !problems.empty())
     throw std::invalid_argument("simulate_schedule needs a valid table: " + problems.front());
+  return simulate_validated_schedule(table, costs);
+}
+
+Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleCosts& costs) {
   const int pp = table.spec.pp, chunks = table.chunks();
+  if (int(table.ranks.size()) != pp) throw std::invalid_argument("schedule table: one action list per rank needed");
   for (const auto* v : {&costs.f, &costs.b, &costs.w})
     if (v->size() != 1 && int(v->size()) != chunks)
       throw std::invalid_argument("schedule costs: give one value or one per chunk (" + s(chunks) + "), not " +
                                   s(v->size()));
+  // Per-chunk durations of F, B, W and BW, resolved once.
+  std::vector<double> dur_f(chunks), dur_b(chunks), dur_w(chunks);
+  for (int c = 0; c < chunks; ++c)
+    dur_f[c] = cost_of(costs.f, c, "f"), dur_b[c] = cost_of(costs.b, c, "b"), dur_w[c] = cost_of(costs.w, c, "w");
   const Grid g{table.spec.microbatches, chunks};
   Timeline tl;
   tl.ranks.resize(pp);
@@ -409,34 +421,55 @@ Timeline simulate_schedule(const ScheduleTable& table, const ScheduleCosts& cost
   std::vector<size_t> next(pp, 0);
   std::vector<int> waiting_on(2 * g.size(), -1), runnable;
   for (int r = 0; r < pp; ++r) runnable.push_back(r);
+  for (int r = 0; r < pp; ++r) tl.ranks[r].reserve(table.ranks[r].size());
   // Same progress rule as the deadlock check; times follow from when each send was posted.
   while (!runnable.empty()) {
-    int r = runnable.back();
+    const int r = runnable.back();
     runnable.pop_back();
-    const auto& list = table.ranks[r];
-    while (next[r] < list.size()) {
-      const Action& a = list[next[r]];
-      if (is_recv(a.kind)) {
-        int k = message_key(g, a);
-        if (posted_at[k] < 0) {
-          waiting_on[k] = r;
-          break;
+    const Action* list = table.ranks[r].data();
+    const size_t n = table.ranks[r].size();
+    size_t i = next[r];
+    double now = clock[r];
+    for (; i < n; ++i) {
+      const Action& a = list[i];
+      if (unsigned(a.microbatch) >= unsigned(g.m) || unsigned(a.chunk) >= unsigned(chunks) ||
+          (!is_compute(a.kind) && unsigned(a.peer) >= unsigned(pp)))
+        throw std::invalid_argument("schedule table: rank " + s(r) + ": " + action_text(a) + " is out of range");
+      double d = 0;
+      switch (a.kind) {
+        case ActionKind::recv_act:
+        case ActionKind::recv_grad: {
+          const int k = message_key(g, a);
+          if (posted_at[k] < 0) {
+            waiting_on[k] = r;
+            goto blocked;
+          }
+          now = std::max(now, posted_at[k] + costs.transfer);
+          continue;
         }
-        clock[r] = std::max(clock[r], posted_at[k] + costs.transfer);
-      } else if (is_send(a.kind)) {
-        int k = message_key(g, a);
-        posted_at[k] = clock[r];
-        if (waiting_on[k] >= 0) runnable.push_back(waiting_on[k]), waiting_on[k] = -1;
-      } else {
-        double f = cost_of(costs.f, a.chunk, "f"), b = cost_of(costs.b, a.chunk, "b"), w = cost_of(costs.w, a.chunk, "w");
-        double d = a.kind == ActionKind::F ? f : a.kind == ActionKind::B ? b : a.kind == ActionKind::W ? w : b + w;
-        tl.ranks[r].push_back({int(next[r]), clock[r], clock[r] + d});
-        clock[r] += d;
-        busy[r] += d;
+        case ActionKind::send_act:
+        case ActionKind::send_grad: {
+          const int k = message_key(g, a);
+          posted_at[k] = now;
+          if (waiting_on[k] >= 0) runnable.push_back(waiting_on[k]), waiting_on[k] = -1;
+          continue;
+        }
+        case ActionKind::F: d = dur_f[a.chunk]; break;
+        case ActionKind::B: d = dur_b[a.chunk]; break;
+        case ActionKind::W: d = dur_w[a.chunk]; break;
+        case ActionKind::BW: d = dur_b[a.chunk] + dur_w[a.chunk]; break;
       }
-      ++next[r];
+      tl.ranks[r].push_back({int(i), now, now + d});
+      now += d;
+      busy[r] += d;
     }
+  blocked:
+    next[r] = i;
+    clock[r] = now;
   }
+  for (int r = 0; r < pp; ++r)
+    if (next[r] < table.ranks[r].size())
+      throw std::invalid_argument("schedule table: rank " + s(r) + " deadlocks at " + action_text(table.ranks[r][next[r]]));
   tl.makespan = *std::max_element(clock.begin(), clock.end());
   tl.idle.resize(pp);
   tl.peak_live_per_rank.assign(pp, 0);

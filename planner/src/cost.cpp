@@ -92,7 +92,8 @@ CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
       p_(count_params(cfg.model)),
       params_total_(p_.total(cfg.model.layers)),
       capacity_(hw.memory_gib * double(1 << 30)),
-      model_flops_step_(model_flops_per_token(cfg.model, seq_) * double(seq_) * global_batch_) {}
+      model_flops_step_(model_flops_per_token(cfg.model, seq_) * double(seq_) * global_batch_),
+      pipeline_(cfg.model.layers) {}
 
 double CostModel::ring_latency(int n, int islands, Link link) const {
   if (n <= 1 || link == Link::self) return 0.0;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "meshrun/planner.hpp"
+#include "pipeline.hpp"
 
 namespace meshrun::planner::detail {
 
@@ -11,7 +12,7 @@ namespace meshrun::planner::detail {
 struct Setting {
   int tp = 1, cp = 1, pp = 1, dp = 1, ep = 1;
   int virtual_stages = 1;
-  Schedule schedule = Schedule::one_f_one_b;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int micro_batch = 1;
   int zero = 0;
   Recompute recompute = Recompute::none;
@@ -32,9 +33,11 @@ AxisLinks axis_links(const Layout& layout, const Cluster& cluster);
 struct LayerCost {
   double fwd = 0;        // matmuls, attention and elementwise kernels
   double bwd = 0;        // their input and weight gradients
+  double bwd_weight = 0; // the weight-gradient GEMMs of bwd (what zb defers as W)
   double selective = 0;  // extra work of selective recomputation (per layer, in the backward pass)
   double tp = 0, cp = 0, ep = 0;  // exposed collectives, latency included
   double head_fwd = 0, head_bwd = 0;  // output projection (last stage)
+  double head_bwd_weight = 0;         // its weight-gradient GEMM (part of head_bwd)
   double p2p = 0;        // one pipeline transfer of this micro-batch's activations
 };
 
@@ -50,10 +53,17 @@ class CostModel {
   CostModel(const JobConfig& cfg, const Hardware& hw);  // throws ConfigError on an unknown dtype
   double capacity_bytes() const { return capacity_; }
   int64_t params_total() const { return params_total_; }
+  const PipelineSims& pipeline() const { return pipeline_; }
   double model_flops_per_step() const { return model_flops_step_; }
   // Memory of the worse of the first and last stage.
   void memory(const Setting& s, const StageLayers& l, Cost* out) const;
   void time(const Setting& s, const StageLayers& l, const AxisLinks& links, Cost* out) const;
+  // time() in two steps, for the search's pruning: every part but the simulated pipeline idle (so a lower
+  // bound of the step), returning the costs the simulation needs; then that idle added to pp_bubble.
+  PipelineCosts time_before_bubble(const Setting& s, const StageLayers& l, const AxisLinks& links, Cost* out) const;
+  void add_bubble(const Setting& s, const PipelineCosts& costs, Cost* out) const;
+  // A lower bound of what add_bubble adds, without simulating (PipelineSims::idle_lower_bound).
+  double bubble_lower_bound(const Setting& s, const PipelineCosts& costs) const;
 
  private:
   MemoryParts stage_memory(const Setting& s, int layers, int rank) const;
@@ -79,6 +89,7 @@ class CostModel {
   int64_t params_total_;
   double capacity_;
   double model_flops_step_;
+  mutable PipelineSims pipeline_;  // a cache: memory() and time() stay logically const
 };
 
 }  // namespace meshrun::planner::detail

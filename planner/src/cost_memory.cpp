@@ -30,19 +30,10 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   // Activations: one layer's saved tensors × layers × micro-batches in flight on this rank.
   ActivationShape a{seq_, s.micro_batch, s.tp, s.sp, s.cp, s.recompute, act_};
   const double per_layer = activation_bytes_per_layer(m_, a);
-  double in_flight_layers;
-  if (s.pp == 1) {
-    in_flight_layers = layers;
-  } else if (s.schedule == Schedule::gpipe) {
-    in_flight_layers = double(layers) * micro;
-  } else if (s.schedule == Schedule::interleaved && s.virtual_stages > 1) {
-    // Megatron's warm-up depth, in chunk-micro-batches: 2·(pp − r − 1) + (v − 1)·pp + 1.
-    const int v = s.virtual_stages;
-    double chunk_mbs = std::min<double>(double(micro) * v, 2.0 * (s.pp - rank - 1) + double(v - 1) * s.pp + 1);
-    in_flight_layers = chunk_mbs * layers / v;
-  } else {  // 1F1B and ZB-H1: rank r holds pp − r micro-batches
-    in_flight_layers = double(layers) * std::min(s.pp - rank, micro);
-  }
+  // Peak live (micro-batch, chunk) slots on this rank from the schedule's simulated table (GPipe m, 1F1B
+  // pp − r, interleaved Megatron's warm-up depth + 1, ZB-H1 up to pp), each a chunk's share of the layers.
+  const int live = pipeline_.peak_live(s.schedule, s.pp, s.virtual_stages, micro)[rank];
+  const double in_flight_layers = double(live) * layers / s.virtual_stages;
   mem.activations = per_layer * in_flight_layers;
   if (s.recompute == Recompute::full) {  // the layer being recomputed is materialised in full
     a.recompute = Recompute::none;

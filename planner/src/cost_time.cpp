@@ -39,10 +39,11 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
     gemms[used++] = {tokens, h, glu * m_.ffn_hidden / t, 1};
     gemms[used++] = {tokens, m_.ffn_hidden / t, h, 1};
   }
-  double mm_fwd = 0, mm_bwd = 0;
+  double mm_fwd = 0, mm_bwd = 0, mm_bwd_weight = 0;
   for (const Gemm& g : std::span(gemms, used)) {
     mm_fwd += gemm_fwd(g.rows, g.out, g.in, g.count);
     mm_bwd += gemm_bwd(g.rows, g.out, g.in, g.count);
+    mm_bwd_weight += gemm_fwd(g.in, g.out, g.rows, g.count);  // dW = xᵀ·dy, the second GEMM of gemm_bwd
   }
   const double attn_time =
       tokens * fwd_attention_flops_per_token_layer(m_, seq_) / t / (peak * k_.attention_efficiency);
@@ -59,6 +60,7 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   // Attention's and the elementwise kernels' backward: twice the forward work.
   c.fwd = mm_fwd + attn_time + elementwise_time;
   c.bwd = mm_bwd + 2 * (attn_time + elementwise_time);
+  c.bwd_weight = mm_bwd_weight;
 
   // Exposed collectives per layer per micro-batch and direction (backward moves the same volume), each
   // with its start-up latency (ring steps over the group, NCCL's model).
@@ -75,11 +77,29 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
              : 0.0;
   c.head_fwd = gemm_fwd(tokens, double(m_.vocab) / t, h);
   c.head_bwd = gemm_bwd(tokens, double(m_.vocab) / t, h);
+  c.head_bwd_weight = gemm_fwd(h, double(m_.vocab) / t, tokens);
   c.p2p = tokens * m_.hidden * act_ / sp_div / bandwidth(links.pp) + p2p_latency(links.pp);
   return c;
 }
 
 void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& links, Cost* out) const {
+  add_bubble(s, time_before_bubble(s, l, links, out), out);
+}
+
+void CostModel::add_bubble(const Setting& s, const PipelineCosts& pc, Cost* out) const {
+  if (s.pp == 1) return;
+  const int micro = global_batch_ / (s.dp * s.micro_batch);
+  out->time.pp_bubble += pipeline_.run(s.schedule, s.pp, s.virtual_stages, micro, pc).min_idle;
+}
+
+double CostModel::bubble_lower_bound(const Setting& s, const PipelineCosts& pc) const {
+  if (s.pp == 1) return 0;
+  const int micro = global_batch_ / (s.dp * s.micro_batch);
+  return pipeline_.idle_lower_bound(s.schedule, s.pp, s.virtual_stages, micro, pc);
+}
+
+PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers& l, const AxisLinks& links,
+                                            Cost* out) const {
   const LayerCost c = layer_cost(s, links);
   const int micro = global_batch_ / (s.dp * s.micro_batch);
   const bool moe = m_.experts > 0;
@@ -108,7 +128,6 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
   const PerMicroBatch last = per_mb(l.last, true);
   if (last.p.step() > slowest.p.step()) slowest = last;
   const TimeParts& mb = slowest.p;
-  const double t_mb = mb.step();
   // Compute windows of one micro-batch on this stage; recomputation runs inside the backward pass.
   const double t_f_stage = slowest.fwd, t_b_stage = mb.compute - slowest.fwd + mb.recompute;
 
@@ -118,11 +137,19 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
   step.tp_comm = micro * mb.tp_comm;
   step.cp_comm = micro * mb.cp_comm;
   step.ep_comm = micro * mb.ep_comm;
+  // The pipeline bubble comes from the schedule's table simulated with these costs (add_bubble): each rank's
+  // step is the makespan, of which the busiest rank computes the parts above, so its idle time is the
+  // bubble. Per layer the forward carries its TP/CP/EP collectives, the backward the rest (recomputation,
+  // the backward collectives); W is the weight-gradient GEMMs, which need no communication.
+  PipelineCosts pc;
   if (s.pp > 1) {
-    double bubble = (s.pp - 1) * t_mb;  // GPipe, 1F1B
-    if (s.schedule == Schedule::interleaved) bubble /= s.virtual_stages;
-    if (s.schedule == Schedule::zero_bubble) bubble /= 3;  // ZB-H1 with t_F = t_B = t_W
-    step.pp_bubble = bubble + 2.0 * (s.pp - 1) * c.p2p;  // fill and drain hops
+    pc.f = c.fwd + c.tp + c.cp + c.ep;
+    pc.w = c.bwd_weight;
+    pc.b = c.bwd - c.bwd_weight + again * c.fwd + c.selective + (1 + again) * (c.tp + c.ep) + 2 * c.cp;
+    pc.head_f = c.head_fwd;
+    pc.head_w = c.head_bwd_weight;
+    pc.head_b = c.head_bwd - c.head_bwd_weight;
+    pc.transfer = c.p2p;
     // Steady state: each chunk receives activations and sends gradients per micro-batch, overlapped.
     step.pp_bubble += k_.overlap_cost * micro * 2.0 * s.virtual_stages * c.p2p;
   }
@@ -164,6 +191,7 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
   const double state_bytes = (dense_params + expert_params) / shard * (pb_ + gb_ + ob_ * (2.0 + (pb_ != ob_)));
   step.optimizer = 2 * state_bytes / (hw_.hbm_tbps * 1e12);
   out->time = step;
+  return pc;
 }
 
 }  // namespace meshrun::planner::detail

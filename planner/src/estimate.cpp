@@ -8,24 +8,6 @@
 
 namespace meshrun::planner {
 
-std::optional<Schedule> parse_schedule(std::string_view name) {
-  if (name == "gpipe") return Schedule::gpipe;
-  if (name == "1f1b") return Schedule::one_f_one_b;
-  if (name == "interleaved") return Schedule::interleaved;
-  if (name == "zb") return Schedule::zero_bubble;
-  return std::nullopt;
-}
-
-const char* schedule_name(Schedule s) {
-  switch (s) {
-    case Schedule::gpipe: return "gpipe";
-    case Schedule::one_f_one_b: return "1f1b";
-    case Schedule::interleaved: return "interleaved";
-    case Schedule::zero_bubble: return "zb";
-  }
-  return "?";
-}
-
 namespace detail {
 
 Resolved resolve(const JobConfig& cfg) {
@@ -37,7 +19,7 @@ Resolved resolve(const JobConfig& cfg) {
   if (!parse_recompute(cfg.training.recompute))
     throw ConfigError("training.recompute = \"" + cfg.training.recompute +
                       "\" is not known; use \"none\", \"selective\" or \"full\"");
-  if (!parse_schedule(cfg.parallel.pipeline_schedule))
+  if (!parse_pipeline_schedule(cfg.parallel.pipeline_schedule))
     throw ConfigError("parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +
                       "\" is not known; use \"gpipe\", \"1f1b\", \"interleaved\" or \"zb\"");
   return r;
@@ -129,14 +111,7 @@ Estimate estimate(const JobConfig& cfg) {
   s.dp = layout->dp;
   s.ep = layout->ep;
   s.virtual_stages = layout->virtual_stages;
-  s.schedule = *parse_schedule(cfg.parallel.pipeline_schedule);
-  if (s.virtual_stages > 1) {
-    if (s.schedule == Schedule::one_f_one_b) s.schedule = Schedule::interleaved;
-    if (s.schedule != Schedule::interleaved)
-      throw ConfigError("parallel.virtual_stages = " + std::to_string(s.virtual_stages) + " needs the interleaved "
-                        "schedule, not \"" + cfg.parallel.pipeline_schedule +
-                        "\"; set parallel.pipeline_schedule = \"interleaved\" or virtual_stages = 1");
-  }
+  s.schedule = *parse_pipeline_schedule(cfg.parallel.pipeline_schedule);  // validate() applied the schedule rule
   s.micro_batch = cfg.training.micro_batch_size;
   s.zero = layout->zero_stage;
   s.recompute = *parse_recompute(cfg.training.recompute);

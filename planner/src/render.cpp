@@ -41,7 +41,7 @@ std::string setting_line(const Estimate& e) {
   const Layout& l = e.layout;
   std::string s = "tp=" + std::to_string(l.tp) + " cp=" + std::to_string(l.cp) + " pp=" + std::to_string(l.pp) +
                   " dp=" + std::to_string(l.dp) + " ep=" + std::to_string(l.ep) + "  order " + l.order.str() +
-                  "\n              schedule " + schedule_name(e.schedule);
+                  "\n              schedule " + pipeline_schedule_name(e.schedule);
   if (e.layout.virtual_stages > 1) s += " (" + std::to_string(l.virtual_stages) + " virtual stages)";
   s += ", micro-batch " + std::to_string(e.micro_batch_size) + " × " + std::to_string(e.micro_batches) +
        ", ZeRO-" + std::to_string(l.zero_stage) + ", recompute " + recompute_name(e.recompute) +
@@ -54,7 +54,7 @@ void layout_json(JsonWriter& j, const Estimate& e) {
   j.key("layout").begin_object();
   j.field("tp", l.tp).field("cp", l.cp).field("pp", l.pp).field("dp", l.dp).field("ep", l.ep);
   j.field("order", l.order.str()).field("virtual_stages", l.virtual_stages).field("zero_stage", l.zero_stage);
-  j.field("sequence_parallel", l.sequence_parallel).field("pipeline_schedule", schedule_name(e.schedule));
+  j.field("sequence_parallel", l.sequence_parallel).field("pipeline_schedule", pipeline_schedule_name(e.schedule));
   j.field("micro_batch_size", e.micro_batch_size).field("micro_batches", e.micro_batches);
   j.field("recompute", recompute_name(e.recompute));
   j.end_object();
@@ -174,7 +174,7 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
     char line[256];
     std::snprintf(line, sizeof line,
                   "  %2d %3d %3d %3d %6d %3d  %-11s %2d %3d  %4d  %-9s %8.1f %8.3f %+7.1f%% %10.0f %8.0f %5.1f%%\n",
-                  ++rank, l.tp, l.cp, l.pp, l.dp, l.ep, schedule_name(e.schedule), l.virtual_stages,
+                  ++rank, l.tp, l.cp, l.pp, l.dp, l.ep, pipeline_schedule_name(e.schedule), l.virtual_stages,
                   e.micro_batch_size, l.zero_stage, recompute_name(e.recompute), e.memory.total() / kGiB,
                   e.step_time_s, 100 * (e.step_time_s / r.top.front().step_time_s - 1), e.tokens_per_s_per_gpu,
                   e.tflops_per_gpu, 100 * e.mfu);

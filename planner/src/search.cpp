@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <queue>
 
 #include "cost.hpp"
 #include "meshrun/config.hpp"
@@ -42,9 +45,23 @@ std::vector<int> divisors(int64_t n) {
 
 // A pipeline choice for a given pp: (schedule, virtual stages, stage layers).
 struct PipeChoice {
-  Schedule schedule;
+  PipelineSchedule schedule;
   int v;
   StageLayers layers;
+};
+
+struct Candidate {
+  Setting setting;
+  StageLayers layers;
+  Cost cost;              // the step time without the simulated pipeline idle until add_bubble
+  PipelineCosts pipeline;
+  double bound = 0;       // lower bound of the full step: cost's step plus the idle's lower bound
+};
+
+struct Shape {  // a mesh shape (tp, cp, pp, dp, ep) and its fitting settings, cheapest bound first
+  Layout layout;
+  AxisLinks links;
+  std::vector<Candidate> candidates;
 };
 
 struct Best {
@@ -82,8 +99,8 @@ SearchResult search(const JobConfig& cfg, int top_n) {
 
   // The schedule is the trainer's, not a knob: the search varies virtual stages within its family
   // (1f1b and interleaved are one family), and keeps gpipe or zb as they are.
-  Schedule family = *parse_schedule(cfg.parallel.pipeline_schedule);
-  if (family == Schedule::one_f_one_b) family = Schedule::interleaved;
+  PipelineSchedule family = *parse_pipeline_schedule(cfg.parallel.pipeline_schedule);
+  if (family == PipelineSchedule::one_f_one_b) family = PipelineSchedule::interleaved;
 
   SearchResult res;
   const int world = cluster.gpus();
@@ -93,8 +110,19 @@ SearchResult search(const JobConfig& cfg, int top_n) {
     res.dropped_settings[int(d)] += n;
     res.settings += n;
   };
-  std::vector<Best> bests;
-  JobConfig check_cfg = cfg;  // the validator reads the micro-batch size from the config
+  JobConfig check_cfg = cfg;  // the validator reads the micro-batch size and the schedule from the config
+  // A setting the search keeps must pass the mesh validator; a refusal is counted and the setting dropped.
+  auto valid = [&](Layout layout, const Setting& s) {
+    layout.virtual_stages = s.virtual_stages;
+    layout.zero_stage = s.zero;
+    check_cfg.training.micro_batch_size = s.micro_batch;
+    check_cfg.parallel.pipeline_schedule = pipeline_schedule_name(s.schedule);
+    if (validate(check_cfg, layout, cluster).empty()) return true;
+    --res.feasible;
+    ++res.dropped_settings[int(Drop::validator)];
+    return false;
+  };
+  std::vector<Shape> shapes;
 
   for (int tp : divisors(world)) {
     if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || m.vocab % tp) { drop_mesh(Drop::heads_tp); continue; }
@@ -107,14 +135,14 @@ SearchResult search(const JobConfig& cfg, int top_n) {
         if (t.global_batch_size % dp) { drop_mesh(Drop::batch_dp); continue; }
         std::vector<PipeChoice> pipes;  // valid schedules for this pp
         if (pp == 1) {
-          pipes.push_back({Schedule::one_f_one_b, 1, *stage_layers(m.layers, 1, 1)});
+          pipes.push_back({PipelineSchedule::one_f_one_b, 1, *stage_layers(m.layers, 1, 1)});
         } else {
           auto l1 = stage_layers(m.layers, pp, 1);
           if (!l1) { drop_mesh(Drop::layers_pp); continue; }
-          if (family == Schedule::interleaved) {  // 1F1B is its v = 1 case; v only where the layers split
-            pipes.push_back({Schedule::one_f_one_b, 1, *l1});
+          if (family == PipelineSchedule::interleaved) {  // 1F1B is its v = 1 case; v only where the layers split
+            pipes.push_back({PipelineSchedule::one_f_one_b, 1, *l1});
             for (int v = 2; v * pp <= m.layers + 2; ++v)
-              if (auto lv = stage_layers(m.layers, pp, v)) pipes.push_back({Schedule::interleaved, v, *lv});
+              if (auto lv = stage_layers(m.layers, pp, v)) pipes.push_back({PipelineSchedule::interleaved, v, *lv});
           } else {
             pipes.push_back({family, 1, *l1});
           }
@@ -130,52 +158,98 @@ SearchResult search(const JobConfig& cfg, int top_n) {
           layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.dp = dp, layout.ep = ep;
           layout.sequence_parallel = sp;
           const AxisLinks links = axis_links(layout, cluster);
-          Best best;
-          bool have_best = false;
+          // Every fitting setting of this shape, costed without its simulated pipeline idle; with that idle's
+          // lower bound (no simulation) this bounds its step from below. Simulations wait for the second pass.
+          Shape shape{layout, links, {}};
           for (int mb : micro_batches) {
             const int micro = t.global_batch_size / (dp * mb);
             for (const PipeChoice& pc : pipes) {
-              if (pp > 1 && (micro < pp || (pc.v > 1 && micro % pp))) { drop(Drop::microbatches, per_pipe); continue; }
+              // mesh's schedule rule (micro-batches against pp, interleaved's multiple of pp)
+              if (!check_schedule_spec({pc.schedule, pp, pc.v, micro}).empty()) { drop(Drop::microbatches, per_pipe); continue; }
               for (int zero = 0; zero <= zero_max; ++zero)
                 for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
                   ++res.settings;
-                  Setting s{tp, cp, pp, dp, ep, pc.v, pc.schedule, mb, zero, rc, sp};
-                  Cost c;
-                  model.memory(s, pc.layers, &c);
-                  if (c.memory.total() > model.capacity_bytes()) { ++res.dropped_settings[int(Drop::memory)]; continue; }
-                  model.time(s, pc.layers, links, &c);
+                  Candidate cand{{tp, cp, pp, dp, ep, pc.v, pc.schedule, mb, zero, rc, sp}, pc.layers, {}, {}};
+                  model.memory(cand.setting, pc.layers, &cand.cost);
+                  if (cand.cost.memory.total() > model.capacity_bytes()) { ++res.dropped_settings[int(Drop::memory)]; continue; }
+                  cand.pipeline = model.time_before_bubble(cand.setting, pc.layers, links, &cand.cost);
+                  cand.bound = cand.cost.time.step() + model.bubble_lower_bound(cand.setting, cand.pipeline);
                   ++res.feasible;
-                  const double step = c.time.step();
-                  if (have_best && step >= best.step) continue;
-                  // A new best for this shape: confirm with the mesh validator before keeping it.
-                  layout.virtual_stages = pc.v;
-                  layout.zero_stage = zero;
-                  check_cfg.training.micro_batch_size = mb;
-                  check_cfg.parallel.pipeline_schedule = schedule_name(pc.schedule);
-                  if (!validate(check_cfg, layout, cluster).empty()) {
-                    --res.feasible;
-                    ++res.dropped_settings[int(Drop::validator)];
-                    continue;
-                  }
-                  best = {s, pc.layers, links, c, step};
-                  have_best = true;
+                  shape.candidates.push_back(cand);
                 }
             }
           }
-          if (have_best) bests.push_back(best);
+          if (shape.candidates.empty()) continue;
+          std::sort(shape.candidates.begin(), shape.candidates.end(),
+                    [](const Candidate& x, const Candidate& y) { return x.bound < y.bound; });
+          shapes.push_back(std::move(shape));
         }
       }
     }
   }
-  res.feasible_meshes = int64_t(bests.size());
+
+  // Second pass. A shape's best: its candidates simulated in order of their bound until the bound passes
+  // the best full step; each new best confirmed by the mesh validator. Shapes go in order of their
+  // cheapest bound, the config's own first (the rank report compares every shape with it); once a shape's
+  // bound passes both the top_n-th best step and the own shape's, neither it nor any later shape can
+  // enter the top or pass the own shape, so those are only confirmed feasible.
+  auto best_of = [&](Shape& shape, double stop_at) -> std::optional<Best> {
+    std::optional<Best> best;
+    for (Candidate& cand : shape.candidates) {
+      if (cand.bound >= std::min(stop_at, best ? best->step : stop_at)) break;
+      const Setting& s = cand.setting;
+      model.add_bubble(s, cand.pipeline, &cand.cost);
+      const double step = cand.cost.time.step();
+      if (best && step >= best->step) continue;
+      if (!valid(shape.layout, s)) continue;
+      best = Best{s, cand.layers, shape.links, cand.cost, step};
+    }
+    return best;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  std::sort(shapes.begin(), shapes.end(),
+            [](const Shape& x, const Shape& y) { return x.candidates.front().bound < y.candidates.front().bound; });
+  const LayoutSpec& own = cfg.parallel;
+  const int64_t own_inner = int64_t(own.tp) * own.cp * own.pp;
+  const int64_t own_dp = own.dp > 0 ? own.dp : (own_inner > 0 ? world / own_inner : 0);
+  auto is_own = [&](const Shape& x) {
+    const Layout& l = x.layout;
+    return l.tp == own.tp && l.cp == own.cp && l.pp == own.pp && l.dp == own_dp && l.ep == own.ep;
+  };
+  std::vector<Best> bests;
+  double own_step = inf;
+  for (Shape& shape : shapes)
+    if (is_own(shape))
+      if (auto b = best_of(shape, inf)) bests.push_back(*b), own_step = b->step;
+  const size_t keep = size_t(std::max(1, top_n));
+  std::priority_queue<double> top_steps;  // the `keep` fastest bests so far, slowest on top
+  for (const Best& b : bests) top_steps.push(b.step);
+  int64_t slower_shapes = 0;  // feasible, but slower than the top and than the own shape
+  for (Shape& shape : shapes) {
+    if (is_own(shape)) continue;
+    const double cut = top_steps.size() < keep ? inf : top_steps.top();
+    const double stop_at = own_step < inf ? std::max(cut, own_step) : cut;
+    if (shape.candidates.front().bound >= stop_at) {
+      for (const Candidate& cand : shape.candidates)
+        if (valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
+      continue;
+    }
+    if (auto b = best_of(shape, stop_at)) {
+      bests.push_back(*b);
+      top_steps.push(b->step);
+      if (top_steps.size() > keep) top_steps.pop();
+    } else {
+      // Every candidate under the cut was refused by the validator: the shape counts only if one is valid.
+      for (const Candidate& cand : shape.candidates)
+        if (cand.bound >= stop_at && valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
+    }
+  }
+  res.feasible_meshes = int64_t(bests.size()) + slower_shapes;
   std::sort(bests.begin(), bests.end(), [](const Best& a, const Best& b) {
     if (a.step != b.step) return a.step < b.step;
     return a.cost.memory.total() < b.cost.memory.total();
   });
   // The config's own shape (dp = 0 means the rest of the world), for the near-tie report.
-  const LayoutSpec& own = cfg.parallel;
-  const int64_t own_inner = int64_t(own.tp) * own.cp * own.pp;
-  const int64_t own_dp = own.dp > 0 ? own.dp : (own_inner > 0 ? world / own_inner : 0);
   for (size_t i = 0; i < bests.size(); ++i) {
     const Setting& b = bests[i].setting;
     if (b.tp == own.tp && b.cp == own.cp && b.pp == own.pp && b.dp == own_dp && b.ep == own.ep) {
@@ -193,6 +267,9 @@ SearchResult search(const JobConfig& cfg, int top_n) {
     res.top.push_back(make_estimate(chosen, layout, b.setting, r.hardware, b.links, b.layers, b.cost, model));
   }
   res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  res.pipeline_tables = model.pipeline().tables();
+  res.pipeline_simulations = model.pipeline().simulations();
+  res.pipeline_not_periodic = model.pipeline().not_periodic();
   return res;
 }
 

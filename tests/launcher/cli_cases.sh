@@ -148,7 +148,7 @@ case $case_name in
     expect_bad "16384 ranks" "meshrun sbatch"
     ;;
   help)
-    for c in exec sbatch run; do
+    for c in plan exec sbatch run; do
       m -- "$c" --help
       expect_rc 0
       expect_out "usage: meshrun $c"
@@ -175,7 +175,7 @@ case $case_name in
       [ ! -s "$work/err" ] || fail "groff warnings: $(cat "$work/err")"
     fi
     MANWIDTH=200 man -l "$SRC/launcher/meshrun.1" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' >"$work/man.txt"
-    for c in exec sbatch run; do
+    for c in plan exec sbatch run; do
       m -- "$c" --help
       for opt in $(grep -o '^  --[a-z-]*' "$work/out"); do
         grep -q -- "$opt" "$work/man.txt" || fail "the man page does not mention $c's $opt"
@@ -193,6 +193,7 @@ case $case_name in
     complete_words meshrun exec --print | grep -qx -- --print-env || fail "exec flag"
     complete_words meshrun run --set parallel.t | grep -qx parallel.tp= || fail "--set key"
     complete_words meshrun plan templates/ti | grep -qx templates/tiny.toml || fail "template path"
+    complete_words meshrun plan templates/tiny.toml --sch | grep -qx -- --schedule || fail "plan --schedule"
     complete_words meshrun run x.toml -- ech | grep -qx echo || fail "command after --"
     ;;
   *) echo "unknown case '$case_name'"; exit 2 ;;

@@ -5,13 +5,14 @@
 #include <sstream>
 
 #include "launch_common.hpp"
+#include "plan_render.hpp"
 #include "svg.hpp"
 
 using namespace meshrun;
 
 namespace {
 
-std::string svg_of(const std::string& name, std::vector<std::string> sets = {}) {
+std::string svg_of(const std::string& name, std::vector<std::string> sets = {}, bool schedule = false) {
   ConfigRequest req;
   req.template_path = std::string(MESHRUN_SOURCE_DIR) + "/templates/" + name + ".toml";
   req.use_site = false;
@@ -19,7 +20,12 @@ std::string svg_of(const std::string& name, std::vector<std::string> sets = {}) 
   launch::Resolved r = launch::resolve(build_config(req));
   RankMap map(r.layout, r.cluster);
   std::ostringstream o;
-  render_svg(o, map, r.cfg);
+  if (schedule) {
+    cli::ScheduleView v = cli::make_schedule_view(r.cfg.job, r.layout);
+    render_svg(o, map, r.cfg, &v);
+  } else {
+    render_svg(o, map, r.cfg);
+  }
   return o.str();
 }
 
@@ -61,4 +67,27 @@ TEST_CASE("large jobs: one DP replica in full, every node as a square") {
   CHECK(count(s, "(node 2047): stage 15") == 1);
   CHECK(s.find("DP: 128 groups of 128 GPUs; all cross the network") != std::string::npos);
   CHECK(s.size() < 1'000'000);  // stays viewable
+}
+
+TEST_CASE("plan --schedule: the timeline under the map, F, B and W in their own colours") {
+  // tiny re-laid as ZB-H1 on 4 ranks, 4 micro-batches: 16 each of F, B and W.
+  std::string zb = svg_of("tiny", {"parallel.tp=1", "parallel.pp=4", "parallel.pipeline_schedule=zb"}, true);
+  CHECK(count(zb, "Pipeline schedule: zb, 4 micro-batches; bubble_fraction 0.2000, peak_live_microbatches 4") == 1);
+  CHECK(count(zb, "fill=\"#4e79a7\" class=\"act\"") == 16);  // F
+  CHECK(count(zb, "fill=\"#f28e2b\" class=\"act\"") == 16);  // B
+  CHECK(count(zb, "fill=\"#59a14f\" class=\"act\"") == 16);  // W
+  CHECK(count(zb, ">pp rank ") == 4);
+  CHECK(count(zb, "<title>rank 3: W(mb=3, chunk=3)</title>") == 1);
+  for (const char* legend : {">F forward<", ">B input gradient<", ">W weight gradient (a fused BW: B then W)<", ">idle<"})
+    CHECK(count(zb, legend) == 1);
+  CHECK(zb.find("</svg>\n") == zb.size() - 7);
+  // A fused BW is its B part then its W part: as many B as W boxes, one per F.
+  std::string fused = svg_of("llama3-70b", {}, true);  // interleaved, pp 4 × 2 chunks, 32 micro-batches
+  CHECK(count(fused, "fill=\"#4e79a7\" class=\"act\"") == 4 * 2 * 32);
+  CHECK(count(fused, "fill=\"#f28e2b\" class=\"act\"") == 4 * 2 * 32);
+  CHECK(count(fused, "fill=\"#59a14f\" class=\"act\"") == 4 * 2 * 32);
+  CHECK(count(fused, "<title>rank 1: BW(mb=0, chunk=5)</title>") == 1);  // chunk 5 lives on rank 5 mod 4
+  CHECK(count(fused, ">stage 1: 20 layers in 2 chunks<") == 1);           // chunks 1 and 5: 10 layers each
+  // Without --schedule, no timeline.
+  CHECK(count(svg_of("tiny", {"parallel.tp=1", "parallel.pp=4"}), "Pipeline schedule") == 0);
 }

@@ -89,6 +89,47 @@ for t in ("tiny", "llama3-8b", "llama3-70b", "mixtral-8x7b"):
         check("mixtral: EP ranks share tp and pp",
               all(len({(ranks[m]["tp"], ranks[m]["pp"]) for m in g}) == 1 for g in d["groups"]["ep"]))
 
+
+
+def verify_schedule(name, d):
+    """`--schedule` JSON, checked without the C++ validator: every (micro-batch, chunk) runs F once and its
+    backward once (BW, or B and W), on rank chunk mod pp; every send has its receive on the peer; the
+    bubble follows its definition and, with unit costs, the textbook value."""
+    s, L = d["schedule"], d["layout"]
+    pp, v, m = s["pp"], s["virtual_stages"], s["microbatches"]
+    check(f"{name} schedule: sizes from the layout", pp == L["pp"] and v == L["virtual_stages"] and len(s["ranks"]) == pp)
+    counts, sends, recvs = {}, set(), set()
+    for r in s["ranks"]:
+        for a in r["actions"]:
+            k = a["kind"]
+            if k in ("F", "B", "W", "BW"):
+                counts[(k, a["microbatch"], a["chunk"])] = counts.get((k, a["microbatch"], a["chunk"]), 0) + 1
+                if a["chunk"] % pp != r["rank"]:
+                    check(f"{name} schedule: chunk {a['chunk']} on rank {r['rank']}", False)
+            elif k.startswith("send"):
+                sends.add((k[5:], a["microbatch"], a["chunk"], r["rank"], a["peer"]))
+            else:
+                recvs.add((k[5:], a["microbatch"], a["chunk"], a["peer"], r["rank"]))
+    once = all(counts.get(("F", mb, c)) == 1 and
+               (counts.get(("BW", mb, c)) == 1 or (counts.get(("B", mb, c)) == 1 and counts.get(("W", mb, c)) == 1))
+               for mb in range(m) for c in range(pp * v))
+    check(f"{name} schedule: every F and backward exactly once", once)
+    check(f"{name} schedule: sends and receives pair up", sends == recvs)
+    idle = [r["idle"] for r in s["ranks"]]
+    check(f"{name} schedule: bubble_fraction = total idle / (pp x makespan)",
+          abs(s["bubble_fraction"] - sum(idle) / (pp * s["makespan"])) < 1e-12)
+    if d["values"]["parallel.pipeline_schedule"]["value"] in ("1f1b", "gpipe", "interleaved"):
+        check(f"{name} schedule: unit-cost bubble (p-1)/(V*m+p-1)",
+              abs(s["bubble_fraction"] - (pp - 1) / (v * m + pp - 1)) < 1e-12, s["bubble_fraction"])
+    check(f"{name} schedule: peak live micro-batches is the maximum over ranks",
+          s["peak_live_microbatches"] == max(r["peak_live"] for r in s["ranks"]))
+
+
+for t in ("llama3-70b", "llama3-405b", "mixtral-8x7b"):
+    verify_schedule(t, plan(f"templates/{t}.toml", "--schedule"))
+verify_schedule("tiny as ZB-H1 on 4 ranks", plan("templates/tiny.toml", "--schedule", "--set", "parallel.tp=1", "--set",
+                                                  "parallel.pp=4", "--set", "parallel.pipeline_schedule=zb"))
+
 # Negative control: the checker itself must notice a broken map.
 bad = plan("templates/tiny.toml")
 bad["ranks"][1]["gpu"] = 0

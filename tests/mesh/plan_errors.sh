@@ -40,6 +40,10 @@ expect "unknown --set key" "--set parallel.tpp=2: unknown key 'parallel.tpp'; di
 expect "bad --set type" "parallel.tp must be an integer" -- templates/tiny.toml --set parallel.tp=two
 expect "unknown option" "unknown option '--tp'" -- templates/tiny.toml --tp 2
 expect "bad format" "unknown format" -- templates/tiny.toml --format yaml
+# --schedule needs a valid layout (the schedule rule is part of it) and the template's own layout.
+expect "--schedule, invalid layout" 'parallel.virtual_stages=2 needs pipeline_schedule = "interleaved"' -- templates/tiny.toml --schedule --set parallel.virtual_stages=2
+expect "--schedule, interleaved without pp" "the interleaved schedule needs a pipeline (pp > 1)" -- templates/tiny.toml --schedule --set parallel.virtual_stages=2 --set parallel.pipeline_schedule=interleaved
+expect "--schedule with --search" "--schedule shows the template's own layout and --search ranks other layouts" -- templates/tiny.toml --schedule --search
 
 # The negative control: a valid template passes.
 if env -i PATH="$PATH" "$bin" plan --no-site templates/tiny.toml > /dev/null 2>&1; then

@@ -203,13 +203,20 @@ TEST_CASE("pipeline schedules: interleaving and zero-bubble shrink the bubble", 
   job.parallel.pipeline_schedule = "interleaved";
   job.parallel.virtual_stages = 4;
   Estimate inter = estimate(job);
-  // 1F1B: bubble (p−1)·T_mb; total step ∝ (m + p − 1) micro-batch times.
+  // The bubble is the simulated schedule's idle time of the busiest rank. 1F1B: about (p−1)·T_mb (total
+  // step ∝ (m + p − 1) micro-batch times), plus the P2P hops on the critical path.
   const TimeParts& t = f1b.time;
   const double t_mb = (t.compute + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm) / f1b.micro_batches;
   CHECK(f1b.time.pp_bubble == Approx(15 * t_mb).epsilon(0.03));
-  CHECK(gpipe.time.pp_bubble == Approx(f1b.time.pp_bubble));
+  // GPipe and 1F1B idle alike: exactly with equal stages and free transfers (tests/mesh/test_schedule.cpp);
+  // here the last stage carries the output head and hops cost time.
+  CHECK(gpipe.time.pp_bubble == Approx(f1b.time.pp_bubble).epsilon(0.01));
   CHECK(gpipe.memory.activations > f1b.memory.activations);  // all micro-batches in flight
-  CHECK(zb.time.pp_bubble < f1b.time.pp_bubble / 2);
+  // ZB-H1 idles (p−1)(F+B−W) against 1F1B's (p−1)(F+B+W) (Qi et al.): a third with F = B = W; with full
+  // recomputation the input-gradient pass B also re-runs the forward (B ≈ 2F + collectives, W ≈ F), so
+  // about (1+2−1)/(1+2+1) = 1/2 plus the hops.
+  CHECK(zb.time.pp_bubble < 0.7 * f1b.time.pp_bubble);
+  CHECK(zb.time.pp_bubble > 0.4 * f1b.time.pp_bubble);
   CHECK(inter.time.pp_bubble < f1b.time.pp_bubble / 3);
   CHECK(inter.memory.activations > f1b.memory.activations);  // × (1 + (p−1)/(p·v)) warm-up depth
 }

@@ -23,7 +23,7 @@ void check_returned(const JobConfig& base, const SearchResult& r) {
   for (const Estimate& e : r.top) {
     JobConfig cfg = base;
     cfg.training.micro_batch_size = e.micro_batch_size;
-    cfg.parallel.pipeline_schedule = schedule_name(e.schedule);  // virtual stages > 1 go with interleaved only
+    cfg.parallel.pipeline_schedule = meshrun::pipeline_schedule_name(e.schedule);  // virtual stages > 1 go with interleaved only
     INFO("tp " << e.layout.tp << " cp " << e.layout.cp << " pp " << e.layout.pp << " dp " << e.layout.dp);
     CHECK(meshrun::validate(cfg, e.layout, cluster).empty());
     CHECK(e.layout.world() == cluster.gpus());
@@ -126,7 +126,7 @@ TEST_CASE("search keeps the template's pipeline schedule family", "[planner][sea
   REQUIRE_FALSE(r.top.empty());
   for (const Estimate& e : r.top) {
     CHECK(e.layout.virtual_stages == 1);
-    if (e.layout.pp > 1) CHECK(e.schedule == Schedule::zero_bubble);
+    if (e.layout.pp > 1) CHECK(e.schedule == meshrun::PipelineSchedule::zero_bubble);
   }
 }
 

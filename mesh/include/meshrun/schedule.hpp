@@ -107,4 +107,9 @@ struct Timeline {
 // Requires a valid table (validate_schedule empty); throws std::invalid_argument otherwise.
 Timeline simulate_schedule(const ScheduleTable& table, const ScheduleCosts& costs);
 
+// simulate_schedule without its validation, for a caller that validated the table once and simulates it
+// many times (the planner's cache). An invalid table gives a meaningless timeline (an index out of range
+// still throws std::invalid_argument).
+Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleCosts& costs);
+
 }  // namespace meshrun

@@ -13,12 +13,12 @@
 #include "meshrun/planner_catalogue.hpp"
 #include "meshrun/planner_model.hpp"
 #include "meshrun/rank_map.hpp"
+#include "meshrun/schedule.hpp"
 
 namespace meshrun::planner {
 
-enum class Schedule { gpipe, one_f_one_b, interleaved, zero_bubble };
-std::optional<Schedule> parse_schedule(std::string_view name);  // "gpipe" | "1f1b" | "interleaved" | "zb"
-const char* schedule_name(Schedule s);
+// Pipeline schedules are mesh's (meshrun/schedule.hpp): PipelineSchedule, parse_pipeline_schedule and
+// pipeline_schedule_name; the bubble and the live activations come from its generator and simulator.
 
 // Bytes per GPU on the pipeline stage that needs the most.
 struct MemoryParts {
@@ -39,7 +39,7 @@ struct TimeParts {
   double tp_comm = 0;    // TP/SP collectives (on the critical path)
   double cp_comm = 0;    // CP K/V all-gather and gradient reduce-scatter (on the critical path)
   double ep_comm = 0;    // EP all-to-all dispatch and combine (on the critical path)
-  double pp_bubble = 0;  // pipeline fill and drain, including the P2P hops
+  double pp_bubble = 0;  // pipeline idle of the busiest rank (simulated schedule, P2P hops included)
   double dp_comm = 0;    // the part of DP/ZeRO traffic that backward/forward compute does not hide
   double optimizer = 0;  // optimizer step (HBM-bound)
   double step() const { return compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + dp_comm + optimizer; }
@@ -60,7 +60,7 @@ struct Estimate {
   Layout layout;                 // resolved sizes, order, virtual stages, ZeRO stage, sequence parallelism
   int micro_batch_size = 1;
   int micro_batches = 1;         // per step per data-parallel rank
-  Schedule schedule = Schedule::one_f_one_b;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   Recompute recompute = Recompute::none;
   int seq_len = 0;
   int global_batch_size = 0;
@@ -118,6 +118,9 @@ struct SearchResult {
   int64_t config_rank = 0;
   double config_gap = 0;
   double elapsed_s = 0;
+  int64_t pipeline_tables = 0;       // schedule tables generated for the bubble and live activations
+  int64_t pipeline_simulations = 0;  // simulations run (the rest came from the cache)
+  int64_t pipeline_not_periodic = 0; // long steps simulated in full because the periodic check failed
 };
 
 // Every valid (tp, cp, pp, dp, ep, virtual stages, micro-batch size, ZeRO stage, recomputation) for the

@@ -1,0 +1,91 @@
+// The planner's pipeline simulations (planner/src/pipeline.hpp): the cache is exact for its key, and the
+// periodic extension of long steps' live slots gives what the full table gives.
+#include <catch2/catch.hpp>
+
+#include "pipeline.hpp"
+
+using meshrun::PipelineSchedule;
+using meshrun::planner::detail::PipelineCosts;
+using meshrun::planner::detail::PipelineRun;
+using meshrun::planner::detail::PipelineSims;
+
+
+TEST_CASE("long steps: extended live slots equal the full table's", "[planner][pipeline]") {
+  int extended = 0;
+  for (auto kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zero_bubble,
+                    PipelineSchedule::interleaved})
+    for (int pp : {2, 3, 4, 8})
+      for (int v : kind == PipelineSchedule::interleaved ? std::vector<int>{2, 4} : std::vector<int>{1}) {
+        PipelineSims sims(pp * v * 2);  // two layers per chunk
+        // Lengths past the samples: 2·pp + 2 with one chunk per rank, 5·pp interleaved.
+        for (int k = 1; k <= 4; ++k) {
+          const int m = v == 1 ? 2 * pp + 2 + 3 * k : (5 + k) * pp;
+          INFO(meshrun::pipeline_schedule_name(kind) << " pp=" << pp << " V=" << v << " m=" << m);
+          const int tables_before = sims.tables();
+          const std::vector<int> fast = sims.peak_live(kind, pp, v, m);
+          REQUIRE(sims.tables() - tables_before <= 3);  // only the samples were built, not m's table
+          REQUIRE(fast == sims.peak_live_exact(kind, pp, v, m));
+          if (kind == PipelineSchedule::gpipe) REQUIRE(fast.front() == m);
+          ++extended;
+        }
+        REQUIRE(sims.not_periodic() == 0);
+      }
+  REQUIRE(extended == 3 * 4 * 4 + 2 * 4 * 4);
+}
+
+TEST_CASE("simulations are cached by relative costs", "[planner][pipeline]") {
+  PipelineSims sims(16);
+  PipelineCosts c{1, 1.2, 0.8, 2, 2, 1, 0.1};
+  PipelineRun a = sims.run(PipelineSchedule::one_f_one_b, 4, 1, 8, c);
+  REQUIRE(sims.simulations() == 1);
+  // Twice every cost: the same relative costs, so no new simulation and twice the times.
+  PipelineCosts twice{2, 2.4, 1.6, 4, 4, 2, 0.2};
+  PipelineRun b = sims.run(PipelineSchedule::one_f_one_b, 4, 1, 8, twice);
+  REQUIRE(sims.simulations() == 1);
+  REQUIRE(b.makespan == Approx(2 * a.makespan));
+  REQUIRE(b.min_idle == Approx(2 * a.min_idle));
+  // A fused schedule sees only b + w: moving weight between B and W is the same key.
+  PipelineCosts moved{1, 1.5, 0.5, 2, 2.5, 0.5, 0.1};
+  sims.run(PipelineSchedule::one_f_one_b, 4, 1, 8, moved);
+  REQUIRE(sims.simulations() == 1);
+  // zb runs B and W apart, so the split matters.
+  sims.run(PipelineSchedule::zero_bubble, 4, 1, 8, c);
+  sims.run(PipelineSchedule::zero_bubble, 4, 1, 8, moved);
+  REQUIRE(sims.simulations() == 3);
+  // With free transfers and equal stages, 1F1B's bubble is the textbook (p−1)(f+b+w) per rank: 8 layers on
+  // 4 ranks, 2 per stage, f + b + w = 3 per layer.
+  PipelineSims even(8);
+  PipelineRun r = even.run(PipelineSchedule::one_f_one_b, 4, 1, 8, {1, 1, 1, 0, 0, 0, 0});
+  REQUIRE(r.min_idle == Approx(3 * 2 * 3.0));
+  REQUIRE(r.makespan == Approx((8 + 3) * 2 * 3.0));
+  // Live slots: 1F1B p − r.
+  REQUIRE(even.peak_live(PipelineSchedule::one_f_one_b, 4, 1, 8) == std::vector<int>{4, 3, 2, 1});
+  REQUIRE_THROWS_AS(even.run(PipelineSchedule::one_f_one_b, 4, 2, 8, {1, 1, 1, 0, 0, 0, 0}), std::invalid_argument);
+}
+
+TEST_CASE("the idle lower bound never exceeds the simulated idle", "[planner][pipeline]") {
+  // The search skips simulations whose bound already loses, so a bound above the simulation would drop a
+  // setting wrongly. Cost sets: uniform, a heavy output head, costly hops, B and W unequal.
+  const std::vector<PipelineCosts> costs = {
+      {1, 1, 1, 0, 0, 0, 0}, {1, 1.2, 0.8, 2.5, 3, 2, 0.1}, {1, 1.5, 0.5, 0.3, 0.3, 0.3, 0.6}, {0.7, 2.1, 0.9, 1, 1, 1, 0.05}};
+  int checked = 0;
+  for (auto kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zero_bubble,
+                    PipelineSchedule::interleaved})
+    for (int pp : {2, 3, 4, 8})
+      for (int v : kind == PipelineSchedule::interleaved ? std::vector<int>{2, 4} : std::vector<int>{1})
+        for (int m = pp; m <= 4 * pp; m += (v == 1 ? 1 : pp)) {
+          PipelineSims sims(2 * pp * v - 2);  // two layers per chunk, one on the first and the last
+          for (const PipelineCosts& c : costs) {
+            INFO(meshrun::pipeline_schedule_name(kind) << " pp=" << pp << " V=" << v << " m=" << m);
+            const double bound = sims.idle_lower_bound(kind, pp, v, m, c), idle = sims.run(kind, pp, v, m, c).min_idle;
+            REQUIRE(bound >= 0);
+            REQUIRE(bound <= idle);
+            ++checked;
+          }
+        }
+  REQUIRE(checked > 300);
+  // Tight where the textbook holds: 1F1B with equal stages and free transfers idles (p−1)(f+b+w) per rank.
+  PipelineSims even(8);
+  REQUIRE(even.idle_lower_bound(PipelineSchedule::one_f_one_b, 4, 1, 8, {1, 1, 1, 0, 0, 0, 0}) ==
+          Approx(3 * 2 * 3.0).epsilon(1e-6));
+}
