@@ -269,6 +269,11 @@ TEST_CASE("bad input: one line naming the problem and the fix", "[planner][error
   job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
   job.parallel.pipeline_schedule = "zb";  // virtual stages need the interleaved schedule
   CHECK_THROWS_WITH(estimate(job), Catch::Contains("virtual_stages"));
+  job.parallel.pipeline_schedule = "1f1b";  // mesh's rule, not a silent switch to interleaved
+  CHECK_THROWS_WITH(estimate(job), Catch::Contains("needs pipeline_schedule = \"interleaved\""));
+  job.parallel.pipeline_schedule = "interleaved";
+  job.parallel.virtual_stages = 1;  // interleaved needs at least two chunks per rank
+  CHECK_THROWS_WITH(estimate(job), Catch::Contains("virtual_stages ≥ 2"));
   job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
   job.cluster.gpu = "h100-pcie";
   CHECK_THROWS_WITH(estimate(job), Catch::StartsWith("cluster.gpu 'h100-pcie' is not in the planner's catalogue"));
