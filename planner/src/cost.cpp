@@ -86,6 +86,7 @@ int bytes_of(const std::string& dtype, const char* key) {
 CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
     : m_(cfg.model), hw_(hw), k_(cost_constants()), seq_(cfg.training.seq_len),
       global_batch_(cfg.training.global_batch_size),
+      cp_ring_(cfg.parallel.cp_comm != "allgather"),
       pb_(bytes_of(cfg.training.param_dtype, "param_dtype")),
       gb_(bytes_of(cfg.training.grad_dtype, "grad_dtype")),
       ob_(bytes_of(cfg.training.optim_dtype, "optim_dtype")),

@@ -35,7 +35,8 @@ struct LayerCost {
   double bwd = 0;        // their input and weight gradients
   double bwd_weight = 0; // the weight-gradient GEMMs of bwd (what zb defers as W)
   double selective = 0;  // extra work of selective recomputation (per layer, in the backward pass)
-  double tp = 0, cp = 0, ep = 0;  // exposed collectives, latency included
+  double tp = 0, cp = 0, ep = 0;  // exposed collectives, latency included (cp: one K/V all-gather)
+  double cp_fwd = 0, cp_bwd = 0;  // exposed CP communication per direction for the configured cp_comm
   double head_fwd = 0, head_bwd = 0;  // output projection (last stage)
   double head_bwd_weight = 0;         // its weight-gradient GEMM (part of head_bwd)
   double p2p = 0;        // one pipeline transfer of this micro-batch's activations
@@ -83,6 +84,7 @@ class CostModel {
   CostConstants k_;
   int64_t seq_;
   int global_batch_;
+  bool cp_ring_;            // parallel.cp_comm = "ring" (else Llama 3's all-gather)
   int pb_, gb_, ob_;        // bytes: parameters, gradients, optimizer state
   int act_ = 2;             // activation bytes (bf16)
   ParamCount p_;

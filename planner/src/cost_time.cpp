@@ -71,6 +71,21 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   c.cp = s.cp > 1 ? double(s.cp - 1) / s.cp * kv_bytes / bandwidth(links.cp) +
                         ring_latency(s.cp, links.cp_islands, links.cp)
                   : 0.0;
+  if (s.cp > 1 && cp_ring_) {
+    // Ring (the trainer's ContextParallel): cp − 1 hops of one rank's K/V block, each posted before the
+    // block in hand is computed. With the zigzag split every hop computes exactly two of the C×C chunk
+    // pairs of the rank's 2·cp (C = S/2cp): 1/cp of its attention, so a hop hides behind attn/cp of the
+    // forward and 2·attn/cp of the backward. The backward also carries each block's dK/dV home: cp hops
+    // after the block's compute, exposed.
+    const double hop = kv_bytes / s.cp / bandwidth(links.cp) + p2p_latency(links.cp);
+    c.cp_fwd = (s.cp - 1) * std::max(0.0, hop - attn_time / s.cp);
+    c.cp_bwd = (s.cp - 1) * std::max(0.0, hop - 2 * attn_time / s.cp) + s.cp * hop;
+  } else {
+    // All-gather: K, V gathered in the forward, gathered again in the backward (only the local shard is
+    // saved) and dK, dV reduce-scattered.
+    c.cp_fwd = c.cp;
+    c.cp_bwd = 2 * c.cp;
+  }
   const double a2a_bytes = tokens * m_.top_k * m_.hidden * act_ / sp_div;  // dispatch or combine
   c.ep = (moe && s.ep > 1)
              ? 2.0 * (double(s.ep - 1) / s.ep * a2a_bytes / bandwidth(links.ep) + p2p_latency(links.ep))
@@ -118,9 +133,9 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
     p.compute = layers * (c.fwd + c.bwd) + (with_head ? c.head_fwd + c.head_bwd : 0);
     p.recompute = layers * (again * c.fwd + c.selective);
     p.tp_comm = layers * (2 + again) * c.tp;
-    // CP: the forward all-gathers K, V; the backward all-gathers them again (only the local shard is saved,
-    // see the memory model) and reduce-scatters dK, dV. Full recomputation's gather serves the backward.
-    p.cp_comm = layers * 3 * c.cp;
+    // CP (layer_cost): all-gather — forward gather, backward gather + reduce-scatter, full recomputation's
+    // gather serving the backward; ring — the forward's hops again under full recomputation.
+    p.cp_comm = layers * (c.cp_fwd + c.cp_bwd + (cp_ring_ ? again * c.cp_fwd : 0.0));
     p.ep_comm = layers * (2 + again) * c.ep;
     return r;
   };
@@ -143,9 +158,10 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   // the backward collectives); W is the weight-gradient GEMMs, which need no communication.
   PipelineCosts pc;
   if (s.pp > 1) {
-    pc.f = c.fwd + c.tp + c.cp + c.ep;
+    pc.f = c.fwd + c.tp + c.cp_fwd + c.ep;
     pc.w = c.bwd_weight;
-    pc.b = c.bwd - c.bwd_weight + again * c.fwd + c.selective + (1 + again) * (c.tp + c.ep) + 2 * c.cp;
+    pc.b = c.bwd - c.bwd_weight + again * c.fwd + c.selective + (1 + again) * (c.tp + c.ep) + c.cp_bwd +
+           (cp_ring_ ? again * c.cp_fwd : 0.0);
     pc.head_f = c.head_fwd;
     pc.head_w = c.head_bwd_weight;
     pc.head_b = c.head_bwd - c.head_bwd_weight;

@@ -85,6 +85,7 @@ inline JobConfig llama3_405b_job(int gpus, int tp, int cp, int pp, int seq_len, 
   j.parallel.zero_stage = 1;
   j.parallel.pipeline_schedule = "interleaved";
   j.parallel.virtual_stages = 8;
+  j.parallel.cp_comm = "allgather";  // Llama 3's context parallelism (all-gather K/V)
   j.training.seq_len = seq_len;
   j.training.global_batch_size = global_batch;
   j.training.micro_batch_size = 1;

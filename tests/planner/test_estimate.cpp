@@ -104,6 +104,30 @@ TEST_CASE("estimate parts add up and throughput follows from the step time", "[p
   CHECK(longctx.links.cp == meshrun::Link::network);
 }
 
+TEST_CASE("CP ring variant: K/V hops hide behind a block's attention, dK/dV hops do not", "[planner][estimate][cp]") {
+  // 405B at 128K, CP 16 over the network: one hop moves one rank's K/V block, s/16·2·k·d/t·2 bytes.
+  JobConfig job = testing::llama3_405b_job(16384, 8, 16, 16, 131072, 128);
+  const Estimate gather = estimate(job);
+  job.parallel.cp_comm = "ring";
+  const Estimate ring = estimate(job);
+  const double kv = 131072.0 * 2 * 8 * 128 / 8 * 2;
+  const double hop = kv / 16 / (50e9 * 0.8) + 8.4e-6 + 9.6e-6;  // NIC at η_net, base + one network hop
+  // At 8,192 tokens per rank the attention of a block (1/16 of the rank's) takes far longer than a hop:
+  // only the 16 dK/dV hops of the backward are exposed, per layer (8 on the slowest rank).
+  CHECK(ring.time.cp_comm / ring.micro_batches == Approx(8 * 16 * hop).epsilon(1e-6));
+  CHECK(ring.time.cp_comm < gather.time.cp_comm);
+  // The all-gather variant is unchanged by the key (the Table 4 row keeps its meaning).
+  job.parallel.cp_comm = "allgather";
+  CHECK(estimate(job).time.cp_comm == Approx(gather.time.cp_comm));
+  // Short sequences: attention per block shrinks with s², the hop only with s, so hops become exposed and
+  // the ring pays more than its dK/dV hops.
+  JobConfig short_seq = testing::llama3_405b_job(16384, 8, 16, 16, 8192, 2048);
+  short_seq.parallel.cp_comm = "ring";
+  const Estimate sr = estimate(short_seq);
+  const double short_hop = 8192.0 * 2 * 8 * 128 / 8 * 2 / 16 / (50e9 * 0.8) + 8.4e-6 + 9.6e-6;
+  CHECK(sr.time.cp_comm / sr.micro_batches > 8 * 16 * short_hop * 1.01);
+}
+
 TEST_CASE("CP and ring latency: the backward re-gathers K/V, latency grows with the ring", "[planner][estimate][cp]") {
   // Order tp-cp-pp-dp with tp = 8 on 8-GPU nodes: every CP and dp·cp member is on its own node.
   JobConfig job = testing::llama3_405b_job(16384, 8, 16, 16, 131072, 128);
