@@ -54,42 +54,32 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
   const auto start = Clock::now();
   for (const Action& a : actions) {
     const auto t0 = Clock::now();
+    auto account = [&](double& total, std::vector<double>& per_chunk, int& count) {
+      const double dt = seconds_since(t0);
+      total += dt;
+      per_chunk[a.chunk] += dt;
+      ++count;
+    };
     switch (a.kind) {
       case ActionKind::F: {
         Stage<T>& s = stage(a.chunk, a);
         if (s.units().first || s.units().last) load(a.microbatch, s.ids(a.microbatch), s.targets(a.microbatch));
         losses[a.microbatch] += s.forward(a.microbatch);
-        const double dt = seconds_since(t0);
-        t.f_s += dt;
-        t.chunk_f_s[a.chunk] += dt;
-        ++t.f;
+        account(t.f_s, t.chunk_f_s, t.f);
         break;
       }
-      case ActionKind::B: {
+      case ActionKind::B:
         stage(a.chunk, a).backward_input(a.microbatch, loss_scale);
-        const double dt = seconds_since(t0);
-        t.b_s += dt;
-        t.chunk_b_s[a.chunk] += dt;
-        ++t.b;
+        account(t.b_s, t.chunk_b_s, t.b);
         break;
-      }
-      case ActionKind::W: {
+      case ActionKind::W:
         stage(a.chunk, a).backward_weight(a.microbatch);
-        const double dt = seconds_since(t0);
-        t.w_s += dt;
-        t.chunk_w_s[a.chunk] += dt;
-        ++t.w;
+        account(t.w_s, t.chunk_w_s, t.w);
         break;
-      }
-      case ActionKind::BW: {
-        // Fused: B and W interleave unit by unit, so they are timed together (counted as B).
+      case ActionKind::BW:  // fused: B and W interleave unit by unit, so they are timed together (as B)
         stage(a.chunk, a).backward_fused(a.microbatch, loss_scale);
-        const double dt = seconds_since(t0);
-        t.b_s += dt;
-        t.chunk_b_s[a.chunk] += dt;
-        ++t.b;
+        account(t.b_s, t.chunk_b_s, t.b);
         break;
-      }
       case ActionKind::send_act: {
         Stage<T>& s = stage(a.chunk, a);
         s.hold(a.microbatch,
