@@ -129,17 +129,29 @@ SH
     say "USR1 to the batch shell reached all 4 ranks; the script requeued the job (Restarts=1, pending)"
     ;;
   sbatch_trainer)
-    # The default command: meshrun-train over srun --mpi=pmix, 2 nodes x 2 ranks (tp 2 x dp 2).
+    # The default command: meshrun-train over srun --mpi=pmix, 2 nodes x 2 ranks: tp 2 x dp 2, then the same
+    # allocation shape as tp 2 x pp 2 (1F1B; the pipeline crosses the nodes) and tp 2 x cp 2 (ring attention
+    # across the nodes, 256-token sequences).
     [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
-    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 \
-      --set training.steps=3 --output "$WORK/job-%j.out") || fail "meshrun sbatch failed: $out"
-    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
-    [ -n "$id" ] || fail "no job id in: $out"
-    wait_job "$id"
-    [ "$(job_state "$id")" = COMPLETED ] || fail "job $id: $(job_state "$id"): $(cat "job-$id.out")"
-    grep -q 'layout tp=2 dp=2 .* on 4 ranks' "job-$id.out" || fail "no 4-rank layout line: $(cat "job-$id.out")"
-    grep -q '^step *3/3 | loss' "job-$id.out" || fail "training did not finish: $(cat "job-$id.out")"
-    say "job $id: meshrun-train ran 3 steps on 2 nodes x 2 ranks"
+    for variant in "dp" "pp" "cp"; do
+      case $variant in
+        dp) sets=() layout='layout tp=2 pp=1 dp=2 .* on 4 ranks' ;;
+        pp) sets=(--set parallel.pp=2) layout='layout tp=2 pp=2 dp=1 .* on 4 ranks' ;;
+        cp) sets=(--set parallel.cp=2 --set training.seq_len=256) layout='layout tp=2 pp=1 dp=1 .* on 4 ranks' ;;
+      esac
+      out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 \
+        --set training.steps=3 "${sets[@]}" --output "$WORK/job-%j.out") || fail "meshrun sbatch ($variant) failed: $out"
+      id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+      [ -n "$id" ] || fail "no job id in: $out"
+      wait_job "$id"
+      [ "$(job_state "$id")" = COMPLETED ] || fail "job $id ($variant): $(job_state "$id"): $(cat "job-$id.out")"
+      grep -q "$layout" "job-$id.out" || fail "no '$layout' line: $(cat "job-$id.out")"
+      grep -q '^step *3/3 | loss' "job-$id.out" || fail "training ($variant) did not finish: $(cat "job-$id.out")"
+      first=$(grep '^step *1/3' "job-$id.out" | sed 's/.*loss \([0-9.]*\).*/\1/')
+      last=$(grep '^step *3/3' "job-$id.out" | sed 's/.*loss \([0-9.]*\).*/\1/')
+      awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss ($variant) did not fall: $first -> $last"
+      say "job $id: meshrun-train ($variant variant) ran 3 steps on 2 nodes x 2 ranks, loss $first -> $last"
+    done
     ;;
   *) echo "unknown case '$NAME'"; exit 2 ;;
 esac
