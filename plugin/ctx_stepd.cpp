@@ -165,6 +165,9 @@ int stepd_task_init(spank_t sp, PluginState& st) {
   } catch (const std::exception& e) {
     end_task(std::string("meshrun: ") + e.what(), 1);
   }
+  // Multi-node NVLink without an IMEX channel fails inside NCCL's init, far from the cause: say it here.
+  if (const std::string* mnnvl = env.get("NCCL_MNNVL_ENABLE"); mnnvl && *mnnvl == "1")
+    if (std::string why = imex_channel_problem(); !why.empty()) end_task("meshrun: " + why, 1);
   for (const auto& [name, value] : env.vars)
     if (spank_setenv(sp, name.c_str(), value.c_str(), 1) != ESPANK_SUCCESS)
       end_task("meshrun: cannot set " + name + " for the task", 1);
