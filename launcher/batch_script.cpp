@@ -43,10 +43,22 @@ std::string layout_line(const Resolved& r) {
 
 std::vector<std::string> mesh_options(const Resolved& r, const BatchOptions& opt) {
   const Layout& l = r.layout;
-  return {"--mesh-template=" + opt.template_path, "--mesh-tp=" + std::to_string(l.tp),
-          "--mesh-cp=" + std::to_string(l.cp),    "--mesh-pp=" + std::to_string(l.pp),
-          "--mesh-dp=" + std::to_string(l.dp),    "--mesh-ep=" + std::to_string(l.ep),
-          "--mesh-order=" + l.order.str()};
+  std::vector<std::string> v = {"--mesh-template=" + opt.template_path, "--mesh-tp=" + std::to_string(l.tp),
+                                "--mesh-cp=" + std::to_string(l.cp),    "--mesh-pp=" + std::to_string(l.pp),
+                                "--mesh-dp=" + std::to_string(l.dp),    "--mesh-ep=" + std::to_string(l.ep),
+                                "--mesh-order=" + l.order.str()};
+  // --set env.* (and --mesh-* flags' env) reach the plugin's task environment too, not only the trainer.
+  std::string env;
+  for (const auto& [name, value] : r.cfg.job.env) {
+    const SourceKind kind = r.cfg.origin_of("env." + name).kind;
+    if (kind != SourceKind::set && kind != SourceKind::flag) continue;  // the template's [env] the plugin reads itself
+    if (value.find_first_of(", \t\n'\"\\$`") != std::string::npos || value.empty())
+      throw ConfigError("--set env." + name + "=" + value + ": the plugin's --mesh-env cannot carry an empty value, "
+                        "',', spaces, quotes or '$'; put it in the template's [env] or use --plugin no");
+    env += (env.empty() ? "" : ",") + name + "=" + value;
+  }
+  if (!env.empty()) v.push_back("--mesh-env=" + env);
+  return v;
 }
 
 }  // namespace

@@ -220,3 +220,14 @@ TEST_CASE("multi-node NVLink domains: --segment on Slurm 24.05+, a comment sayin
   CHECK(parse_slurm_version("slurm 24.05.1-1") == 2405);
   CHECK(parse_slurm_version("garbage") == 0);
 }
+
+TEST_CASE("plugin variant: --set env.* reaches the plugin's task environment through --mesh-env") {
+  Resolved r = resolve_template("tiny", {"env.NCCL_DEBUG=INFO", "env.WANDB_PROJECT=run7"});
+  std::string s = render_batch_script(r, fixed_options("tiny", true));
+  CHECK(has_line(s, "#SBATCH --mesh-env=NCCL_DEBUG=INFO,WANDB_PROJECT=run7"));
+  CHECK(render_batch_script(resolve_template("tiny"), fixed_options("tiny", true)).find("--mesh-env") ==
+        std::string::npos);  // the template's own [env] is read by the plugin from the template
+  CHECK(render_batch_script(r, fixed_options("tiny", false)).find("--mesh-env") == std::string::npos);
+  CHECK_THROWS_WITH(render_batch_script(resolve_template("tiny", {"env.OMP_NUM_THREADS=4 8"}), fixed_options("tiny", true)),
+                    Catch::Contains("--mesh-env cannot carry"));
+}

@@ -62,11 +62,11 @@ case $NAME in
   options_listed)
     for cmd in sbatch srun salloc; do
       help=$(T $cmd --help 2>&1)
-      for o in mesh-tp mesh-cp mesh-pp mesh-dp mesh-ep mesh-order mesh-template mesh-dry-run mesh-off; do
+      for o in mesh-tp mesh-cp mesh-pp mesh-dp mesh-ep mesh-order mesh-template mesh-env mesh-dry-run mesh-off; do
         echo "$help" | grep -q -- "--$o" || fail "$cmd --help does not list --$o"
       done
     done
-    say "sbatch, srun and salloc list all 9 --mesh-* options"
+    say "sbatch, srun and salloc list all 10 --mesh-* options"
     ;;
 
   env_matches_plan_2nodes)
@@ -313,6 +313,17 @@ EOS
       fail "hca=rank: NCCL_IB_HCA is not each rank's own NIC: $out"
     grep -q 'hca_scope = rank.*NVIDIA/nccl#1478' "$LAB"/log/slurmd-n*.log ||
       fail "hca=rank: the plugin did not log NCCL's warning"
+    # The site file is the one policy source (also meshrun exec's): its [site] and [env] reach the tasks;
+    # a plugstack argument given explicitly overrides it.
+    printf '[site]\nport_base = 20500\nhca_scope = "rank"\n[env]\nSITE_VAR = "from-site"\n' >"$WORK/site.toml"
+    with_args "site=$WORK/site.toml"
+    out=$(T srun -N 1 -n 2 --mesh-tp=2 sh -c 'echo "SITE $SITE_VAR $MASTER_PORT $NCCL_IB_HCA"' 2>&1)
+    [ "$(echo "$out" | grep -c '^SITE from-site 2[0-9]* =mlx5_[0-9]*$')" = 2 ] || fail "site=: site policy missing: $out"
+    port=$(echo "$out" | awk '/^SITE/ {print $3; exit}')
+    [ "$port" -ge 20500 ] && [ "$port" -lt 32500 ] || fail "site=: MASTER_PORT $port outside the site's range"
+    with_args "site=$WORK/site.toml hca=node"
+    out=$(T srun -N 1 -n 2 --mesh-tp=2 printenv NCCL_IB_HCA 2>&1 | sort -u)
+    [ "$out" = "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11" ] || fail "hca=node did not override the site file: $out"
     with_args "colour=blue"
     expect_refused "meshrun: plugstack.conf: bad argument 'colour=blue'" srun -N 1 true
     expect_refused "meshrun: plugstack.conf: bad argument 'colour=blue'" sbatch -N 1 --wrap true
