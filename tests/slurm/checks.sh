@@ -400,6 +400,28 @@ EOS
     say "node ranges: refused only when no count fits"
     ;;
 
+  packaged_plugin)
+    # The plugin from the Debian package (cpack -G DEB, unpacked with dpkg-deb -x here; the machine's Slurm
+    # packages are untouched) loads in this cluster: its options are listed and a step gets its environment.
+    command -v cpack >/dev/null && command -v dpkg-deb >/dev/null || { echo "SKIP: cpack or dpkg-deb missing"; exit 77; }
+    [ -f "$MESHRUN_BUILD_DIR/CPackConfig.cmake" ] || fail "no CPackConfig.cmake in $MESHRUN_BUILD_DIR"
+    LIMIT=240 T cpack --config "$MESHRUN_BUILD_DIR/CPackConfig.cmake" -G DEB -B "$WORK/deb" >cpack.log 2>&1 ||
+      fail "cpack: $(tail -5 cpack.log)"
+    deb=$(ls "$WORK"/deb/meshrun-slurm-plugin_*.deb) || fail "no plugin package"
+    dpkg-deb -x "$deb" "$WORK/root" || fail "dpkg-deb -x $deb"
+    so=$WORK/root/usr/lib/slurm/spank_meshrun.so
+    [ -f "$so" ] || fail "no .so in $deb"
+    conf=$LAB/etc/plugstack.conf
+    cp "$conf" "$WORK/plugstack.good"
+    trap 'cp "$WORK/plugstack.good" "$conf.tmp" && mv -f "$conf.tmp" "$conf"' EXIT
+    sed -E "s#^(required|optional) [^ ]+#required $so#" "$WORK/plugstack.good" >"$conf.tmp" && mv -f "$conf.tmp" "$conf"
+    grep -q "^required $so" "$conf" || fail "plugstack.conf does not name the packaged plugin: $(cat "$conf")"
+    T srun --help 2>&1 | grep -q -- '--mesh-tp' || fail "srun --help does not list --mesh-tp with the packaged plugin"
+    out=$(T srun -N 2 --ntasks-per-node=2 --mesh-tp=2 printenv MESHRUN_TP_SIZE 2>&1 | sort | tr '\n' ' ')
+    [ "$out" = "2 2 2 2 " ] || fail "step with the packaged plugin: '$out'"
+    say "packaged plugin $(basename "$deb") loaded: 4 tasks with MESHRUN_TP_SIZE=2"
+    ;;
+
   mpi_pmix)
     [ -x "${MPI_RANK_BIN:-}" ] || fail "MPI test program not built"
     # Multi-slurmd mode shares one host: keep Open MPI on loopback TCP (see docs/plugin.md).
