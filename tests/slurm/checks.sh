@@ -14,6 +14,9 @@ mkdir -p "$WORK" && cd "$WORK" || exit 1
 for v in $(env | grep -o '^SLURM_SPANK[A-Za-z0-9_]*'); do unset "$v"; done   # never inherit a caller's options
 
 T() { timeout "${LIMIT:-60}" "$@"; }
+# A memory cap on every client command (srun, sbatch, salloc, meshrun) so a regression such as reading
+# /dev/zero fails instead of exhausting the machine; the tasks run under slurmstepd, outside this cap.
+ulimit -v 8000000 2>/dev/null || echo "note: could not set a memory cap (ulimit -v)"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 say() { echo "-- $*"; }
 
