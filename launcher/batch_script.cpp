@@ -1,5 +1,6 @@
 #include "batch_script.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace meshrun::launch {
@@ -42,10 +43,22 @@ std::string layout_line(const Resolved& r) {
 
 std::vector<std::string> mesh_options(const Resolved& r, const BatchOptions& opt) {
   const Layout& l = r.layout;
-  return {"--mesh-template=" + opt.template_path, "--mesh-tp=" + std::to_string(l.tp),
-          "--mesh-cp=" + std::to_string(l.cp),    "--mesh-pp=" + std::to_string(l.pp),
-          "--mesh-dp=" + std::to_string(l.dp),    "--mesh-ep=" + std::to_string(l.ep),
-          "--mesh-order=" + l.order.str()};
+  std::vector<std::string> v = {"--mesh-template=" + opt.template_path, "--mesh-tp=" + std::to_string(l.tp),
+                                "--mesh-cp=" + std::to_string(l.cp),    "--mesh-pp=" + std::to_string(l.pp),
+                                "--mesh-dp=" + std::to_string(l.dp),    "--mesh-ep=" + std::to_string(l.ep),
+                                "--mesh-order=" + l.order.str()};
+  // --set env.* (and --mesh-* flags' env) reach the plugin's task environment too, not only the trainer.
+  std::string env;
+  for (const auto& [name, value] : r.cfg.job.env) {
+    const SourceKind kind = r.cfg.origin_of("env." + name).kind;
+    if (kind != SourceKind::set && kind != SourceKind::flag) continue;  // the template's [env] the plugin reads itself
+    if (value.find_first_of(", \t\n'\"\\$`") != std::string::npos || value.empty())
+      throw ConfigError("--set env." + name + "=" + value + ": the plugin's --mesh-env cannot carry an empty value, "
+                        "',', spaces, quotes or '$'; put it in the template's [env] or use --plugin no");
+    env += (env.empty() ? "" : ",") + name + "=" + value;
+  }
+  if (!env.empty()) v.push_back("--mesh-env=" + env);
+  return v;
 }
 
 }  // namespace
@@ -109,6 +122,25 @@ std::string render_batch_script(const Resolved& r, const BatchOptions& opt) {
   sb("--open-mode=append");  // a requeued run appends to the same log instead of truncating it
   if (checkpoints) sb("--signal=B:" + sig + "@" + std::to_string(ck.signal_lead_s));
   if (requeue) sb("--requeue");
+  // An NVLink domain that spans nodes (GB200 NVL72: 72 GPUs = 18 trays): TP/EP groups assume the job's nodes
+  // come in whole domains. Slurm 24.05 added --segment (with topology/block) to allocate nodes in such blocks.
+  const int per_domain = r.cluster.gpus_per_node > 0 ? r.cluster.nvlink_domain_gpus / r.cluster.gpus_per_node : 1;
+  if (per_domain > 1) {
+    const int segment = std::min(per_domain, r.cluster.nodes);
+    const std::string what = "--segment=" + std::to_string(segment) + " (" + std::to_string(segment) +
+                             " nodes of one " + std::to_string(r.cluster.nvlink_domain_gpus) + "-GPU NVLink domain)";
+    if (r.cluster.nodes % segment != 0)
+      s << "# " << what << " not rendered: " << r.cluster.nodes << " nodes are not a multiple of " << segment << "\n";
+    else if (opt.slurm_version >= 2405)
+      sb("--segment=" + std::to_string(segment));
+    else
+      s << "# " << what << " not rendered: "
+        << (opt.slurm_version > 0 ? "the local Slurm is " + std::to_string(opt.slurm_version / 100) + "." +
+                                        (opt.slurm_version % 100 < 10 ? "0" : "") + std::to_string(opt.slurm_version % 100)
+                                  : std::string("the local Slurm's version is unknown"))
+        << "; --segment needs Slurm 24.05 or later (topology/block). Ask for whole NVLink domains another way "
+           "(e.g. --constraint or --switches).\n";
+  }
   if (opt.plugin)
     for (const auto& m : mesh_options(r, opt)) sb(m);  // validated by the plugin at submission
   for (const auto& x : opt.extra) {

@@ -21,6 +21,9 @@ struct BatchOptions {
   int cpus_per_task = 0;               // 0 = leave Slurm's default
   std::string output = "%x-%j.out";    // %x job name, %j job id
   std::vector<std::string> extra;      // more #SBATCH options, verbatim ("--exclusive", "--constraint=h100")
+  // The local Slurm's release (major * 100 + minor, 0 = unknown): --segment (24.05+) keeps the nodes of one
+  // multi-node NVLink domain (GB200 NVL72) together.
+  int slurm_version = 0;
 };
 
 // Requeues the script allows itself after a checkpoint at the time limit (SLURM_RESTART_COUNT counts them).

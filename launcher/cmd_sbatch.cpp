@@ -107,6 +107,7 @@ int cmd_sbatch(int argc, char** argv) {
       opt.plugin = plugin_mode == "yes";
       plugin_note = std::string(opt.plugin ? "used" : "not used") + " (--plugin " + plugin_mode + ")";
     }
+    if (r.cluster.nvlink_domain_gpus > r.cluster.gpus_per_node) opt.slurm_version = launch::slurm_version();
     std::string cpus_note = "--cpus-per-task";
     if (opt.cpus_per_task == 0) {
       if (auto cpus = launch::partition_cpus(r.cfg.job.job.partition)) {

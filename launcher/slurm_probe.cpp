@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -117,6 +118,26 @@ std::optional<int> partition_cpus(const std::string& partition) {
     if (v > 0) least = least ? std::min(*least, v) : v;
   }
   return least;
+}
+
+int parse_slurm_version(const std::string& text) {
+  // "slurm 22.05.8", "slurm-wlm 22.05.8", "slurm 24.05.1-1"
+  size_t p = text.find_first_of("0123456789");
+  if (p == std::string::npos) return 0;
+  int major = 0, minor = 0;
+  size_t i = p;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) && major < 1000; ++i)
+    major = major * 10 + (text[i] - '0');
+  if (i >= text.size() || text[i] != '.') return 0;
+  for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) && minor < 100; ++i)
+    minor = minor * 10 + (text[i] - '0');
+  return major > 0 ? major * 100 + minor : 0;
+}
+
+int slurm_version() {
+  int rc = -1;
+  std::string out = run_capture({"sbatch", "--version"}, 10, &rc);
+  return rc == 0 ? parse_slurm_version(out) : 0;
 }
 
 std::string run_capture(const std::vector<std::string>& argv, int timeout_s, int* rc, bool show_stderr) {

@@ -21,6 +21,11 @@ bool plugstack_lists_meshrun(const std::string& path, std::string* evidence, int
 // Smallest CPU count of the partition's nodes (`sinfo -h -o %c`), nullopt when sinfo cannot tell.
 std::optional<int> partition_cpus(const std::string& partition);
 
+// The local Slurm's release as major * 100 + minor (`sbatch --version`: "slurm 22.05.8" -> 2205); 0 unknown.
+int slurm_version();
+// The same from the text `sbatch --version` prints.
+int parse_slurm_version(const std::string& text);
+
 // Runs argv (no shell) with a time limit and returns its stdout; *rc gets the exit status (-1: not run or
 // timed out). Its stderr is discarded unless show_stderr.
 std::string run_capture(const std::vector<std::string>& argv, int timeout_s, int* rc, bool show_stderr = false);

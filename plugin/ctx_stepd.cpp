@@ -124,7 +124,7 @@ int stepd_user_init(spank_t sp, PluginState& st) {
   }
   try {
     auto start = std::chrono::steady_clock::now();
-    st.node = load_node_setup(st.args, plan.cluster.type);
+    st.node = load_node_setup(st.args, plan.cluster.type, plan.config);
     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     slurm_debug("meshrun: user_init loaded the topology (%s) in %.1f ms", st.node->topology.source.c_str(), ms);
   } catch (const std::exception& e) {
@@ -161,10 +161,13 @@ int stepd_task_init(spank_t sp, PluginState& st) {
   RankMap map(*st.plan->layout, st.plan->cluster);
   TaskEnv env;
   try {
-    env = task_environment(map, *st.node, environment_map(envp), current_affinity(), st.plan->config.job.env);
+    env = task_environment(map, *st.node, environment_map(envp), current_affinity(), st.node->user_env);
   } catch (const std::exception& e) {
     end_task(std::string("meshrun: ") + e.what(), 1);
   }
+  // Multi-node NVLink without an IMEX channel fails inside NCCL's init, far from the cause: say it here.
+  if (const std::string* mnnvl = env.get("NCCL_MNNVL_ENABLE"); mnnvl && *mnnvl == "1")
+    if (std::string why = imex_channel_problem(); !why.empty()) end_task("meshrun: " + why, 1);
   for (const auto& [name, value] : env.vars)
     if (spank_setenv(sp, name.c_str(), value.c_str(), 1) != ESPANK_SUCCESS)
       end_task("meshrun: cannot set " + name + " for the task", 1);

@@ -1,5 +1,6 @@
 #include "mesh_options.hpp"
 
+#include <cctype>
 #include <charconv>
 #include <string_view>
 
@@ -39,6 +40,8 @@ const std::vector<OptionSpec>& option_specs() {
       {OptionId::ep, "mesh-ep", "N", "[meshrun] expert-parallel size (folds into dp*cp)"},
       {OptionId::order, "mesh-order", "ORDER", "[meshrun] rank order, fastest axis first, e.g. tp-cp-ep-dp-pp"},
       {OptionId::template_file, "mesh-template", "FILE", "[meshrun] TOML job template; --mesh-* flags override it"},
+      {OptionId::env, "mesh-env", "NAME=VALUE,...",
+       "[meshrun] extra task variables, allow-listed like a template's [env], e.g. --mesh-env=NCCL_DEBUG=INFO"},
       {OptionId::dry_run, "mesh-dry-run", nullptr, "[meshrun] srun: print the step's rank map, launch nothing"},
       {OptionId::off, "mesh-off", nullptr, "[meshrun] disable meshrun for this job or step"},
   };
@@ -47,7 +50,7 @@ const std::vector<OptionSpec>& option_specs() {
 
 bool MeshOptions::active() const {
   if (off) return false;
-  return tp || cp || pp || dp || ep || order || template_file || dry_run;
+  return tp || cp || pp || dp || ep || order || template_file || !env.empty() || dry_run;
 }
 
 bool set_option(MeshOptions& o, OptionId id, const char* arg, std::string* error) {
@@ -77,6 +80,29 @@ bool set_option(MeshOptions& o, OptionId id, const char* arg, std::string* error
       }
       o.template_file = arg;
       return true;
+    case OptionId::env: {
+      std::vector<std::pair<std::string, std::string>> vars;
+      std::string_view s = arg ? arg : "";
+      while (!s.empty() || vars.empty()) {
+        const size_t comma = s.find(',');
+        const std::string_view item = s.substr(0, comma);
+        const size_t eq = item.find('=');
+        const std::string name(item.substr(0, eq == std::string_view::npos ? 0 : eq));
+        bool valid = eq != std::string_view::npos && !name.empty() && !(name[0] >= '0' && name[0] <= '9') && vars.size() < 256;
+        for (char c : name) valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        if (!valid) {
+          *error = "--mesh-env='" + cut_value(std::string(arg ? arg : "")) +
+                   "' is not a list of NAME=VALUE; use e.g. --mesh-env=NCCL_DEBUG=INFO,OMP_NUM_THREADS=4 (values "
+                   "without ','; put others in the template's [env])";
+          return false;
+        }
+        vars.emplace_back(name, std::string(item.substr(eq + 1)));
+        if (comma == std::string_view::npos) break;
+        s.remove_prefix(comma + 1);
+      }
+      o.env = std::move(vars);
+      return true;
+    }
     case OptionId::dry_run: o.dry_run = true; return true;
     case OptionId::off: o.off = true; return true;
   }

@@ -5,11 +5,12 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meshrun::plugin {
 
-enum class OptionId { tp, cp, pp, dp, ep, order, template_file, dry_run, off };
+enum class OptionId { tp, cp, pp, dp, ep, order, template_file, env, dry_run, off };
 
 struct OptionSpec {
   OptionId id;
@@ -25,6 +26,9 @@ struct MeshOptions {
   std::optional<int> dp;  // 0 = "auto"
   std::optional<std::string> order;
   std::optional<std::string> template_file;
+  // --mesh-env=NAME=VALUE,NAME=VALUE: task variables like a template's [env] (allow-listed the same way);
+  // `meshrun sbatch` renders the --set env.* overrides here in its plugin variant.
+  std::vector<std::pair<std::string, std::string>> env;
   bool dry_run = false;
   bool off = false;
   // True when any --mesh-* option asks for a layout; without one the plugin leaves jobs alone.

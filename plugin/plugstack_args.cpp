@@ -28,9 +28,13 @@ bool parse_plugstack_args(int ac, char** av, PlugstackArgs* out, std::string* er
       return false;
     };
     if (eq == std::string_view::npos)
-      return bad("arguments are key=value: default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, "
+      return bad("arguments are key=value: site=FILE, default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, "
                  "hca=node|rank, cpu_bind=numa|none, socket_ifname=IF");
-    if (key == "default_order") {
+    if (!key.empty()) a.given.insert(std::string(key));
+    if (key == "site") {
+      if (value.empty() || value[0] != '/') return bad("site needs an absolute path to the site file, e.g. site=/etc/meshrun/site.toml");
+      a.site_file = value;
+    } else if (key == "default_order") {
       std::string why;
       if (!parse_order(value, &why)) return bad(why + "; e.g. default_order=tp-cp-ep-dp-pp");
       a.default_order = value;
@@ -62,7 +66,7 @@ bool parse_plugstack_args(int ac, char** av, PlugstackArgs* out, std::string* er
       a.socket_ifname = value;
     } else {
       return bad("unknown key '" + std::string(key) +
-                 "'; known: default_order, topology_xml, nccl, allow_env, hca, cpu_bind, socket_ifname");
+                 "'; known: site, default_order, topology_xml, nccl, allow_env, hca, cpu_bind, socket_ifname");
     }
   }
   *out = std::move(a);

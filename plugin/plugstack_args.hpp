@@ -1,9 +1,11 @@
 // Site configuration from the plugin's plugstack.conf line, e.g.
 //   required /usr/lib/x86_64-linux-gnu/slurm/spank_meshrun.so default_order=tp-cp-ep-dp-pp nccl=auto
-// Keys: default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, hca=node|rank, cpu_bind=numa|none,
-// socket_ifname=IF.
+// Keys: site=FILE, default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, hca=node|rank, cpu_bind=numa|none,
+// socket_ifname=IF. The site file's [site] section is the policy; nccl/allow_env/hca/cpu_bind/socket_ifname
+// given here override it.
 // Parsed in every context (each is its own process); an unknown or malformed argument is an error.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,11 @@ struct PlugstackArgs {
                                          // hca=rank: only the rank's paired NIC (NCCL advises against; warned)
   bool cpu_bind = true;                  // cpu_bind=none: leave CPU affinity to Slurm
   std::string socket_ifname;             // socket_ifname=eth0: NCCL_SOCKET_IFNAME instead of the topology's guess
+  // site=/etc/meshrun/site.toml: the site file (the one policy source, also read by `meshrun exec`); empty =
+  // $MESHRUN_SITE_CONFIG, else /etc/meshrun/site.toml when it exists.
+  std::string site_file;
+  // The keys given on the plugstack line: they override the site file's [site] values; the others come from it.
+  std::set<std::string> given;
 };
 
 // Returns false with a one-line *error ("plugstack.conf: ...; fix") on the first bad argument.

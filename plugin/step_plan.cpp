@@ -47,6 +47,7 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
     if (opts.template_file) req.template_path = resolve_template(*opts.template_file, shape.cwd);
     std::map<std::string, std::string> env;
     if (!shape.site_config.empty()) env["MESHRUN_SITE_CONFIG"] = shape.site_config;
+    if (!args.site_file.empty()) req.site_path = args.site_file;  // the admin's plugstack site= wins
     req.environment = &env;
     plan.config = build_config(req);
     if (!args.default_order.empty() && !plan.config.origins.count("parallel.order"))
@@ -66,6 +67,8 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
       put(opts.dp, "parallel.dp", "--mesh-dp");
     if (opts.order)
       apply_value(plan.config, "parallel.order", *opts.order, Origin{SourceKind::flag, "--mesh-order=" + *opts.order});
+    for (const auto& [name, value] : opts.env)  // the job's variables (allow-listed in compute_task_env)
+      apply_value(plan.config, "env." + name, "\"" + value + "\"", Origin{SourceKind::flag, "--mesh-env " + name});
     if (shape.nodes > 0) {
       apply_value(plan.config, "cluster.nodes", std::to_string(shape.nodes), Origin{SourceKind::environment, "Slurm nodes"});
       // The template's hostlist describes another cluster; use the step's when it names exactly its nodes.

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "meshrun/config.hpp"
 #include "meshrun/task_env.hpp"
 #include "meshrun/topology.hpp"
 #include "plugstack_args.hpp"
@@ -13,10 +14,15 @@ namespace meshrun::plugin {
 struct NodeSetup {
   NodeTopology topology;
   EnvPolicy policy;
+  std::map<std::string, std::string> user_env;  // the job's [env] (template, flags), allow-listed per task
 };
 
-// Loads the node topology (topology_xml= or live hwloc) and the site policy. Throws TopologyError.
-NodeSetup load_node_setup(const PlugstackArgs& args, const NodeType& node_type);
+// The site policy the tasks get: the site file's [site] and [env] (what `meshrun exec` reads too, via
+// env_inputs()), then the plugstack arguments given explicitly (args.given) on top.
+EnvPolicy site_policy(const PlugstackArgs& args, const Config& config);
+
+// Loads the node topology (topology_xml= or live hwloc) and the policy (site_policy()). Throws TopologyError.
+NodeSetup load_node_setup(const PlugstackArgs& args, const NodeType& node_type, const Config& config);
 
 // The environment and CPU set of one task. `env` is the task's Slurm environment (SLURM_PROCID, ...), `allowed`
 // the CPUs the task may use now. Throws TaskEnvError with a one-line message.

@@ -3,6 +3,7 @@
 #include "meshrun/task_env.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 namespace meshrun {
@@ -202,6 +203,37 @@ const std::string* TaskEnv::get(const std::string& name) const {
   return nullptr;
 }
 
+std::string cuda_device_max_connections(const Layout& l, int arch, std::string* warning) {
+  warning->clear();
+  const bool tp_cp = l.tp > 1 || l.cp > 1;
+  if (l.zero_stage == 3) {
+    if (tp_cp && arch > 0 && arch < 10)
+      *warning = "tp/cp > 1 with zero_stage = 3 (FSDP-style sharding) on GPUs before Blackwell: Megatron-Core wants "
+                 "CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP but FSDP wants it above 1 or unset; left unset (set it in "
+                 "[env] to prefer TP/CP overlap)";
+    return "";
+  }
+  if (!tp_cp) return "";
+  if (arch == 0) {
+    *warning = "GPU generation unknown: CUDA_DEVICE_MAX_CONNECTIONS not set; Megatron-Core requires 1 with tp/cp > 1 "
+               "before Blackwell, set it in [env] if these are Hopper or older GPUs";
+    return "";
+  }
+  return arch < 10 ? "1" : "";  // "requirement no longer exists since the Blackwell architecture"
+}
+
+std::string imex_channel_problem(const std::string& dir) {
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    if (it->path().filename().string().rfind("channel", 0) == 0 && it->is_character_file(ec)) return "";
+  }
+  return "multi-node NVLink needs an IMEX channel but " + dir + " has none (" +
+         (ec ? ec.message() : std::string("no channel device")) +
+         "); start nvidia-imex on the NVLink domain's nodes and create a channel (nvidia-modprobe -i 0:1), or run "
+         "with NCCL_MNNVL_ENABLE=0 in [env]";
+}
+
 std::string hca_rank_warning() {
   return "hca_scope = rank sets a different NCCL_IB_HCA on each rank of a node; NCCL's maintainers say not to "
          "(NVIDIA/nccl#1478: ring construction across the node's ranks breaks) and NCCL pairs GPUs with their "
@@ -305,6 +337,16 @@ TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeT
     if (!env.cpus.empty()) vars.set("MESHRUN_CPUS", env.cpus.str());
   }
   nccl_vars(map, topo, policy, env.gpu, env, vars);
+  {
+    const int arch = env.gpu >= 0 && env.gpu < static_cast<int>(topo.gpus.size())
+                         ? gpu_arch_major(topo.gpus[env.gpu].pci_device_id, topo.gpus[env.gpu].model)
+                         : 0;
+    std::string warning;
+    const std::string conns = cuda_device_max_connections(
+        map.layout(), arch ? arch : gpu_arch_major(0, map.cluster().type.gpu), &warning);
+    if (!conns.empty()) vars.set("CUDA_DEVICE_MAX_CONNECTIONS", conns);
+    if (!warning.empty()) env.warnings.push_back(warning);
+  }
 
   // Site variables: trusted, but never the computed ones.
   for (const auto& [k, v] : policy.site_env) {

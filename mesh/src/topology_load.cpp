@@ -168,6 +168,7 @@ NodeTopology load_topology(const TopologyRequest& req) {
     char id[24];
     std::snprintf(id, sizeof id, "[10de:%04x]", o->attr->pcidev.device_id);
     g.model = o->name ? o->name : id;
+    g.pci_device_id = o->attr->pcidev.device_id;
     for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
       if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name) continue;
       g.osdevs.push_back(c->name);

@@ -1,5 +1,6 @@
 // Pure parts of the topology model: CPU set lists, the path ladder, GPU<->NIC pairing, node-type NVLink.
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "meshrun/topology.hpp"
@@ -107,6 +108,21 @@ std::vector<std::string> node_hca_list(const NodeTopology& topo) {
   for (size_t n = 0; n < topo.nics.size(); ++n)
     if (paired[n]) out.push_back(topo.nics[n].name);
   return out;
+}
+
+int gpu_arch_major(unsigned id, const std::string& model) {
+  if (id >= 0x1db0 && id <= 0x1dbf) return 7;
+  if (id >= 0x20b0 && id <= 0x20bf) return 8;
+  if (id >= 0x2320 && id <= 0x233f) return 9;
+  if (id >= 0x2900 && id <= 0x29ff) return 10;
+  std::string m;
+  for (char c : model) m += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
+  if (has("B100") || has("B200") || has("B300") || has("GB200")) return 10;
+  if (has("H100") || has("H200") || has("H800") || has("GH200")) return 9;
+  if (has("A100") || has("A800") || has("A30")) return 8;
+  if (has("V100")) return 7;
+  return 0;
 }
 
 }  // namespace meshrun

@@ -68,6 +68,26 @@ case $NAME in
     [ "$(job_state "$id")" = COMPLETED ] || fail "job $id: $(job_state "$id"): $(cat "job-$id.out")"
     check_tasks "job-$id.out" 2 2
     say "job $id: plugin detected, 4 tasks with the plugin's environment"
+    # --set env.* reaches the plugin's task environment (rendered as #SBATCH --mesh-env), not only the trainer.
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --nodes 2 --gpus-per-node 2 --output "$WORK/env-%j.out" \
+      --set env.WANDB_PROJECT=run7 -- /bin/sh -c 'echo "ENV $RANK $WANDB_PROJECT"') || fail "meshrun sbatch --set env failed: $out"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    wait_job "$id"
+    [ "$(grep -c '^ENV [0-3] run7$' "env-$id.out")" = 4 ] || fail "--set env.WANDB_PROJECT missing in tasks: $(cat "env-$id.out")"
+    # A multi-node NVLink domain (GB200 NVL72, 18 trays): the local Slurm is 22.05, so no --segment line but a
+    # comment saying why (the version comes from this cluster's own sbatch --version).
+    T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --set cluster.node_type=gb200-nvl72 --set cluster.nodes=18 \
+      --set cluster.gpus_per_node=4 --set parallel.tp=1 --set training.global_batch_size=576 --dry-run >gb.sh ||
+      fail "gb200 dry run failed"
+    v=$(sbatch --version | sed -n 's/^slurm[-a-z]* \([0-9]*\)\.\([0-9]*\).*/\1\2/p')
+    if [ "${v:-0}" -ge 2405 ]; then
+      grep -q '^#SBATCH --segment=18$' gb.sh || fail "Slurm $v: no --segment=18: $(grep -i segment gb.sh)"
+    else
+      grep -q '^# --segment=18 (18 nodes of one 72-GPU NVLink domain) not rendered: the local Slurm is ' gb.sh ||
+        fail "Slurm $v: no comment about --segment: $(grep -i segment gb.sh)"
+      grep -q '^#SBATCH --segment' gb.sh && fail "Slurm $v renders --segment"
+    fi
+    say "multi-node NVLink: $(grep -i -m1 segment gb.sh)"
     ;;
   sbatch_refused)
     # A layout Slurm cannot satisfy is refused before anything is queued; bad input exits 2.

@@ -198,3 +198,36 @@ TEST_CASE("plugin detection reads plugstack.conf and its includes") {
   CHECK_FALSE(plugstack_lists_meshrun((dir / "plugstack.conf").string(), &evidence));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("multi-node NVLink domains: --segment on Slurm 24.05+, a comment saying why not otherwise") {
+  Resolved r = resolve_template("tiny", {"cluster.node_type=gb200-nvl72", "cluster.nodes=36", "cluster.gpus_per_node=4",
+                                         "parallel.tp=1", "training.global_batch_size=576"});
+  REQUIRE(r.cluster.nvlink_domain_gpus == 72);
+  BatchOptions o = fixed_options("tiny", false);
+  o.slurm_version = 2405;
+  std::string s = render_batch_script(r, o);
+  CHECK(has_line(s, "#SBATCH --segment=18"));
+  o.slurm_version = 2205;
+  s = render_batch_script(r, o);
+  CHECK(s.find("#SBATCH --segment") == std::string::npos);
+  CHECK(s.find("# --segment=18 (18 nodes of one 72-GPU NVLink domain) not rendered: the local Slurm is 22.05; "
+               "--segment needs Slurm 24.05 or later") != std::string::npos);
+  o.slurm_version = 0;
+  CHECK(render_batch_script(r, o).find("the local Slurm's version is unknown") != std::string::npos);
+  // One domain per node (DGX H100): nothing about segments.
+  CHECK(render_batch_script(resolve_template("tiny"), o).find("segment") == std::string::npos);
+  CHECK(parse_slurm_version("slurm 22.05.8\n") == 2205);
+  CHECK(parse_slurm_version("slurm 24.05.1-1") == 2405);
+  CHECK(parse_slurm_version("garbage") == 0);
+}
+
+TEST_CASE("plugin variant: --set env.* reaches the plugin's task environment through --mesh-env") {
+  Resolved r = resolve_template("tiny", {"env.NCCL_DEBUG=INFO", "env.WANDB_PROJECT=run7"});
+  std::string s = render_batch_script(r, fixed_options("tiny", true));
+  CHECK(has_line(s, "#SBATCH --mesh-env=NCCL_DEBUG=INFO,WANDB_PROJECT=run7"));
+  CHECK(render_batch_script(resolve_template("tiny"), fixed_options("tiny", true)).find("--mesh-env") ==
+        std::string::npos);  // the template's own [env] is read by the plugin from the template
+  CHECK(render_batch_script(r, fixed_options("tiny", false)).find("--mesh-env") == std::string::npos);
+  CHECK_THROWS_WITH(render_batch_script(resolve_template("tiny", {"env.OMP_NUM_THREADS=4 8"}), fixed_options("tiny", true)),
+                    Catch::Contains("--mesh-env cannot carry"));
+}

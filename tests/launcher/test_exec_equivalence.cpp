@@ -44,11 +44,12 @@ std::map<std::string, std::string> slurm_env(int rank) {
 }
 
 // Runs `meshrun exec ... -- /usr/bin/env` in exactly `env` and returns the environment the program saw.
-std::map<std::string, std::string> exec_env(const std::string& tmpl, const std::map<std::string, std::string>& env) {
+std::map<std::string, std::string> exec_env(const std::string& tmpl, const std::map<std::string, std::string>& env,
+                                            const std::string& site = "") {
   std::string cmd = "env -i";
   for (const auto& [k, v] : env) cmd += " '" + k + "=" + v + "'";
-  cmd += std::string(" '") + MESHRUN_BIN + "' exec --no-site --template '" + tmpl + "' --topology '" + kFixture +
-         "' -- /usr/bin/env";
+  cmd += std::string(" '") + MESHRUN_BIN + "' exec " + (site.empty() ? "--no-site" : "--site '" + site + "'") +
+         " --template '" + tmpl + "' --topology '" + kFixture + "' -- /usr/bin/env";
   std::map<std::string, std::string> out;
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p);
@@ -110,13 +111,13 @@ TEST_CASE("meshrun exec sets, for every rank, the plugin's environment") {
   REQUIRE(plan.layout);
   RankMap map(*plan.layout, plan.cluster);
   REQUIRE(map.world() == kNodes * kPerNode);
-  plugin::NodeSetup node = plugin::load_node_setup(args, plan.cluster.type);
+  plugin::NodeSetup node = plugin::load_node_setup(args, plan.cluster.type, plan.config);
   CpuSet allowed = own_cpus();
 
   std::map<std::string, std::string> first;
   for (int rank = 0; rank < map.world(); ++rank) {
     auto env = slurm_env(rank);
-    TaskEnv expected = plugin::task_environment(map, node, env, allowed, plan.config.job.env);
+    TaskEnv expected = plugin::task_environment(map, node, env, allowed, node.user_env);
     auto seen = exec_env(tmpl, env);
     INFO("rank " << rank);
     auto diff = differences(expected, seen);
@@ -133,7 +134,7 @@ TEST_CASE("meshrun exec sets, for every rank, the plugin's environment") {
     if (rank == 0) first = seen;
   }
   // Negative control: the comparison notices a task that is not the rank the plugin computed.
-  TaskEnv rank1 = plugin::task_environment(map, node, slurm_env(1), allowed, plan.config.job.env);
+  TaskEnv rank1 = plugin::task_environment(map, node, slurm_env(1), allowed, node.user_env);
   CHECK_FALSE(differences(rank1, first).empty());
   std::filesystem::remove(tmpl);
 }
@@ -155,4 +156,56 @@ TEST_CASE("meshrun exec refuses a task that does not fit the layout") {
   CHECK(WEXITSTATUS(status) == 2);
   CHECK_THAT(out, Catch::Contains("meshrun exec:") && !Catch::Contains("SHOULD-NOT-RUN"));
   std::filesystem::remove(tmpl);
+}
+
+TEST_CASE("one site policy: the plugin (site=) and meshrun exec (--site) give the same environment") {
+  std::string tmpl = write_template();
+  {
+    std::ofstream(tmpl, std::ios::app) << "MY_VAR = \"from-template\"\n";
+  }
+  const std::string site = (std::filesystem::temp_directory_path() /
+                            ("meshrun-exec-eq-site-" + std::to_string(::getpid()) + ".toml")).string();
+  std::ofstream(site) << "[site]\nhca_scope = \"rank\"\nport_base = 20500\nallow_env = \"MY_VAR\"\n"
+                         "socket_ifname = \"=eth9\"\ncpu_bind = \"none\"\n[env]\nSITE_VAR = \"site-value\"\n";
+  plugin::MeshOptions opts;
+  opts.template_file = tmpl;
+  plugin::PlugstackArgs args;
+  args.topology_xml = kFixture;
+  args.site_file = site;
+  plugin::StepShape shape;
+  shape.nodes = kNodes;
+  shape.tasks = kNodes * kPerNode;
+  shape.gpus_per_node = kPerNode;
+  shape.hostlist = "gpu[01-02]";
+  plugin::StepPlan plan = plugin::plan_step(opts, args, shape);
+  INFO(plan.error_text());
+  REQUIRE(plan.problems.empty());
+  RankMap map(*plan.layout, plan.cluster);
+  plugin::NodeSetup node = plugin::load_node_setup(args, plan.cluster.type, plan.config);
+  CpuSet allowed = own_cpus();
+  for (int rank : {0, 5, 13}) {
+    INFO("rank " << rank);
+    TaskEnv expected = plugin::task_environment(map, node, slurm_env(rank), allowed, node.user_env);
+    auto seen = exec_env(tmpl, slurm_env(rank), site);
+    auto diff = differences(expected, seen);
+    for (const auto& x : diff) UNSCOPED_INFO(x);
+    CHECK(diff.empty());
+    // The site file's whole policy reached both: per-rank HCA (its choice), its port range, its variables,
+    // its allow-list (MY_VAR from the template), its socket interface, no CPU binding.
+    CHECK(seen["NCCL_IB_HCA"] == "=" + seen["MESHRUN_NIC"]);
+    CHECK(seen["MASTER_PORT"] == std::to_string(20500 + (4242 % 750) * 16 + 3));
+    CHECK(seen["SITE_VAR"] == "site-value");
+    CHECK(seen["MY_VAR"] == "from-template");
+    CHECK(seen["NCCL_SOCKET_IFNAME"] == "=eth9");
+    CHECK(seen.count("MESHRUN_CPUS") == 0);
+  }
+  // A plugstack argument given explicitly overrides the site file (documented), so here the two differ.
+  args.given.insert("hca");
+  args.hca_per_node = true;
+  plugin::NodeSetup overridden = plugin::load_node_setup(args, plan.cluster.type, plan.config);
+  TaskEnv node_wide = plugin::task_environment(map, overridden, slurm_env(0), allowed, overridden.user_env);
+  CHECK(*node_wide.get("NCCL_IB_HCA") == "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11");
+  CHECK_FALSE(differences(node_wide, exec_env(tmpl, slurm_env(0), site)).empty());
+  std::filesystem::remove(tmpl);
+  std::filesystem::remove(site);
 }

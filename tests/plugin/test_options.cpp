@@ -1,5 +1,6 @@
 // Option and plugstack-argument parsing (no Slurm needed).
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "mesh_options.hpp"
 #include "plugstack_args.hpp"
@@ -11,7 +12,7 @@ TEST_CASE("every option carries the mesh- prefix (getopt prefix hazard)") {
     CHECK(std::string(s.name).rfind("mesh-", 0) == 0);
     CHECK(std::string(s.usage).rfind("[meshrun]", 0) == 0);
   }
-  CHECK(option_specs().size() == 9);
+  CHECK(option_specs().size() == 10);
 }
 
 TEST_CASE("sizes are positive integers, dp also auto, and later values win") {
@@ -94,6 +95,11 @@ TEST_CASE("plugstack arguments") {
   CHECK(a.socket_ifname == "^docker,lo");
   REQUIRE(parse({"hca=node"}, &a, &err));
   CHECK(a.hca_per_node);
+  CHECK(a.given == std::set<std::string>{"hca"});  // only given keys override the site file
+  REQUIRE(parse({"site=/etc/meshrun/site.toml"}, &a, &err));
+  CHECK(a.site_file == "/etc/meshrun/site.toml");
+  CHECK_FALSE(parse({"site=site.toml"}, &a, &err));
+  CHECK(err.find("absolute path") != std::string::npos);
 }
 
 TEST_CASE("unknown or malformed plugstack arguments fail with the argument named") {
@@ -108,5 +114,20 @@ TEST_CASE("unknown or malformed plugstack arguments fail with the argument named
     CHECK(err.find("plugstack.conf") == 0);
     CHECK(err.find(c.arg) != std::string::npos);
     CHECK(err.find(c.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("mesh-env: NAME=VALUE pairs, refused with the fix otherwise") {
+  MeshOptions o;
+  std::string err;
+  REQUIRE(set_option(o, OptionId::env, "NCCL_DEBUG=INFO,OMP_NUM_THREADS=4", &err));
+  CHECK(o.env == std::vector<std::pair<std::string, std::string>>{{"NCCL_DEBUG", "INFO"}, {"OMP_NUM_THREADS", "4"}});
+  CHECK(o.active());
+  REQUIRE(set_option(o, OptionId::env, "A=x=y", &err));  // the first '=' splits
+  CHECK(o.env == std::vector<std::pair<std::string, std::string>>{{"A", "x=y"}});
+  for (const char* bad : {"", "NOEQUALS", "=1", "1A=2", "A=1,,B=2", "BAD-NAME=1"}) {
+    INFO(bad);
+    CHECK_FALSE(set_option(o, OptionId::env, bad, &err));
+    CHECK(err.find("--mesh-env=") == 0);
   }
 }

@@ -14,6 +14,9 @@ mkdir -p "$WORK" && cd "$WORK" || exit 1
 for v in $(env | grep -o '^SLURM_SPANK[A-Za-z0-9_]*'); do unset "$v"; done   # never inherit a caller's options
 
 T() { timeout "${LIMIT:-60}" "$@"; }
+# A memory cap on every client command (srun, sbatch, salloc, meshrun) so a regression such as reading
+# /dev/zero fails instead of exhausting the machine; the tasks run under slurmstepd, outside this cap.
+ulimit -v 8000000 2>/dev/null || echo "note: could not set a memory cap (ulimit -v)"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 say() { echo "-- $*"; }
 
@@ -62,11 +65,11 @@ case $NAME in
   options_listed)
     for cmd in sbatch srun salloc; do
       help=$(T $cmd --help 2>&1)
-      for o in mesh-tp mesh-cp mesh-pp mesh-dp mesh-ep mesh-order mesh-template mesh-dry-run mesh-off; do
+      for o in mesh-tp mesh-cp mesh-pp mesh-dp mesh-ep mesh-order mesh-template mesh-env mesh-dry-run mesh-off; do
         echo "$help" | grep -q -- "--$o" || fail "$cmd --help does not list --$o"
       done
     done
-    say "sbatch, srun and salloc list all 9 --mesh-* options"
+    say "sbatch, srun and salloc list all 10 --mesh-* options"
     ;;
 
   env_matches_plan_2nodes)
@@ -313,6 +316,17 @@ EOS
       fail "hca=rank: NCCL_IB_HCA is not each rank's own NIC: $out"
     grep -q 'hca_scope = rank.*NVIDIA/nccl#1478' "$LAB"/log/slurmd-n*.log ||
       fail "hca=rank: the plugin did not log NCCL's warning"
+    # The site file is the one policy source (also meshrun exec's): its [site] and [env] reach the tasks;
+    # a plugstack argument given explicitly overrides it.
+    printf '[site]\nport_base = 20500\nhca_scope = "rank"\n[env]\nSITE_VAR = "from-site"\n' >"$WORK/site.toml"
+    with_args "site=$WORK/site.toml"
+    out=$(T srun -N 1 -n 2 --mesh-tp=2 sh -c 'echo "SITE $SITE_VAR $MASTER_PORT $NCCL_IB_HCA"' 2>&1)
+    [ "$(echo "$out" | grep -c '^SITE from-site 2[0-9]* =mlx5_[0-9]*$')" = 2 ] || fail "site=: site policy missing: $out"
+    port=$(echo "$out" | awk '/^SITE/ {print $3; exit}')
+    [ "$port" -ge 20500 ] && [ "$port" -lt 32500 ] || fail "site=: MASTER_PORT $port outside the site's range"
+    with_args "site=$WORK/site.toml hca=node"
+    out=$(T srun -N 1 -n 2 --mesh-tp=2 printenv NCCL_IB_HCA 2>&1 | sort -u)
+    [ "$out" = "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11" ] || fail "hca=node did not override the site file: $out"
     with_args "colour=blue"
     expect_refused "meshrun: plugstack.conf: bad argument 'colour=blue'" srun -N 1 true
     expect_refused "meshrun: plugstack.conf: bad argument 'colour=blue'" sbatch -N 1 --wrap true
@@ -387,6 +401,28 @@ EOS
     id=$(submit --nodes=2-4 --ntasks-per-node=2 --mesh-tp=2 --mesh-dp=auto --wrap 'srun printenv MESHRUN_TP_SIZE')
     [ "$(job_state "$id")" = COMPLETED ] || fail "--nodes=2-4 with dp=auto refused or failed: $(cat job-$id.out)"
     say "node ranges: refused only when no count fits"
+    ;;
+
+  packaged_plugin)
+    # The plugin from the Debian package (cpack -G DEB, unpacked with dpkg-deb -x here; the machine's Slurm
+    # packages are untouched) loads in this cluster: its options are listed and a step gets its environment.
+    command -v cpack >/dev/null && command -v dpkg-deb >/dev/null || { echo "SKIP: cpack or dpkg-deb missing"; exit 77; }
+    [ -f "$MESHRUN_BUILD_DIR/CPackConfig.cmake" ] || fail "no CPackConfig.cmake in $MESHRUN_BUILD_DIR"
+    LIMIT=240 T cpack --config "$MESHRUN_BUILD_DIR/CPackConfig.cmake" -G DEB -B "$WORK/deb" >cpack.log 2>&1 ||
+      fail "cpack: $(tail -5 cpack.log)"
+    deb=$(ls "$WORK"/deb/meshrun-slurm-plugin_*.deb) || fail "no plugin package"
+    dpkg-deb -x "$deb" "$WORK/root" || fail "dpkg-deb -x $deb"
+    so=$WORK/root/usr/lib/slurm/spank_meshrun.so
+    [ -f "$so" ] || fail "no .so in $deb"
+    conf=$LAB/etc/plugstack.conf
+    cp "$conf" "$WORK/plugstack.good"
+    trap 'cp "$WORK/plugstack.good" "$conf.tmp" && mv -f "$conf.tmp" "$conf"' EXIT
+    sed -E "s#^(required|optional) [^ ]+#required $so#" "$WORK/plugstack.good" >"$conf.tmp" && mv -f "$conf.tmp" "$conf"
+    grep -q "^required $so" "$conf" || fail "plugstack.conf does not name the packaged plugin: $(cat "$conf")"
+    T srun --help 2>&1 | grep -q -- '--mesh-tp' || fail "srun --help does not list --mesh-tp with the packaged plugin"
+    out=$(T srun -N 2 --ntasks-per-node=2 --mesh-tp=2 printenv MESHRUN_TP_SIZE 2>&1 | sort | tr '\n' ' ')
+    [ "$out" = "2 2 2 2 " ] || fail "step with the packaged plugin: '$out'"
+    say "packaged plugin $(basename "$deb") loaded: 4 tasks with MESHRUN_TP_SIZE=2"
     ;;
 
   mpi_pmix)

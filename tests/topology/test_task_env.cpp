@@ -1,6 +1,11 @@
 // compute_task_env(): the full environment of every local rank on each fixture, GPU visibility under
 // ConstrainDevices on/off and --gpus-per-task, errors, NIC fallback, and the [env] allow-list.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -134,7 +139,8 @@ TEST_CASE("DGX H100 and 2 nodes: full environment of every local rank") {
                  {"MESHRUN_CPUS", l < 4 ? "0-55,112-167" : "56-111,168-223"},
                  {"NCCL_IB_HCA", "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"},  // one list per node
                  {"MESHRUN_NIC", hca[l] + 1},
-                 {"NCCL_CROSS_NIC", "0"}});
+                 {"NCCL_CROSS_NIC", "0"},
+                 {"CUDA_DEVICE_MAX_CONNECTIONS", "1"}});  // tp = 4 on Hopper (Megatron-Core's rule)
     CHECK(as_map(env) == want);
     CHECK(env.cpus.str() == (l < 4 ? "0-55,112-167" : "56-111,168-223"));
     CHECK(env.gpu == l);
@@ -161,11 +167,14 @@ TEST_CASE("A100 PCI-only node with the dgx-a100 type: full environment of every 
                  {"MESHRUN_CPUS", rank < 4 ? "0-63,128-191" : "64-127,192-255"},
                  {"NCCL_IB_HCA", "=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_6,mlx5_7,mlx5_8,mlx5_9"},
                  {"MESHRUN_NIC", hca[rank] + 1},
-                 {"NCCL_CROSS_NIC", "0"}});
+                 {"NCCL_CROSS_NIC", "0"},
+                 {"CUDA_DEVICE_MAX_CONNECTIONS", "1"}});  // tp = 8 on Ampere
     CHECK(as_map(env) == want);
   }
 }
 
+// GB200 (Blackwell, PCI 10de:2941): no CUDA_DEVICE_MAX_CONNECTIONS although tp = 4 ("requirement no longer
+// exists since the Blackwell architecture").
 TEST_CASE("GB200 NVL72 trays: MNNVL on and full environment of every local rank") {
   const NodeTopology topo = load("gb200-tray.xml", "gb200-nvl72");
   const Job j = job("gb200-nvl72", 2, 0, 4, 1, "gb[001-002]");
@@ -449,4 +458,55 @@ TEST_CASE("a template whose env section sets LD_PRELOAD is rejected with a messa
   CHECK_THROWS_WITH(compute_task_env(j.map(), task(0, 8, 8, "dgx01"), topo, GpuAllocation{}, EnvPolicy{}, cfg.job.env),
                     Catch::Equals("[env] sets LD_PRELOAD, which makes tasks load or run other code; templates may "
                                   "never set it, remove it (only the site configuration may)"));
+}
+
+TEST_CASE("CUDA_DEVICE_MAX_CONNECTIONS follows Megatron-Core's rule (arguments.py validate_args)") {
+  Layout l;
+  std::string w;
+  l.tp = 2;
+  CHECK(cuda_device_max_connections(l, 9, &w) == "1");  // Hopper, TP
+  CHECK(w.empty());
+  CHECK(cuda_device_max_connections(l, 8, &w) == "1");  // Ampere
+  CHECK(cuda_device_max_connections(l, 10, &w).empty());  // Blackwell: no requirement
+  CHECK(w.empty());
+  l.tp = 1;
+  CHECK(cuda_device_max_connections(l, 9, &w).empty());  // neither TP nor CP
+  l.cp = 2;
+  CHECK(cuda_device_max_connections(l, 9, &w) == "1");  // CP counts like TP
+  l.zero_stage = 3;  // FSDP-style sharding wants it above 1 or unset
+  CHECK(cuda_device_max_connections(l, 9, &w).empty());
+  CHECK_THAT(w, Catch::Contains("FSDP"));
+  l.zero_stage = 1;
+  CHECK(cuda_device_max_connections(l, 0, &w).empty());
+  CHECK_THAT(w, Catch::Contains("GPU generation unknown"));
+  CHECK(gpu_arch_major(0x2330, "") == 9);
+  CHECK(gpu_arch_major(0x20b2, "") == 8);
+  CHECK(gpu_arch_major(0x2941, "") == 10);
+  CHECK(gpu_arch_major(0, "NVIDIA H100 80GB HBM3") == 9);
+  CHECK(gpu_arch_major(0, "h200") == 9);
+  CHECK(gpu_arch_major(0, "a100-80gb") == 8);
+  CHECK(gpu_arch_major(0, "gb200") == 10);
+  CHECK(gpu_arch_major(0, "generic") == 0);
+  // A template's [env] may still choose (CUDA_* is allowed) and wins.
+  const NodeTopology topo = load("dgx-h100.xml", "dgx-h100");
+  const Job j = job("dgx-h100", 1, 0, 8, 1, "dgx01");
+  const TaskEnv env = compute_task_env(j.map(), task(0, 8, 8, "dgx01"), topo, GpuAllocation{}, EnvPolicy{},
+                                       {{"CUDA_DEVICE_MAX_CONNECTIONS", "32"}});
+  CHECK(*env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "32");
+}
+
+TEST_CASE("IMEX channel pre-flight for multi-node NVLink") {
+  const std::string dir = std::string(MESHRUN_TOPO_BUILD_DIR) + "/imex-test";
+  std::filesystem::remove_all(dir);
+  CHECK_THAT(imex_channel_problem(dir), Catch::StartsWith("multi-node NVLink needs an IMEX channel but " + dir) &&
+                                            Catch::Contains("nvidia-imex"));
+  std::filesystem::create_directories(dir);
+  std::FILE* f = std::fopen((dir + "/channel0").c_str(), "w");  // a regular file is not a channel
+  REQUIRE(f);
+  std::fclose(f);
+  CHECK_FALSE(imex_channel_problem(dir).empty());
+  std::filesystem::remove(dir + "/channel0");
+  if (::mknod((dir + "/channel0").c_str(), S_IFCHR | 0600, makedev(1, 3)) == 0)  // root only (as /dev/null)
+    CHECK(imex_channel_problem(dir).empty());
+  std::filesystem::remove_all(dir);
 }

@@ -49,4 +49,16 @@ done
 head -c $((64 * 1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$tmp/big.xml"
 err=$( (ulimit -v 1000000; timeout 20 "$bin" topo --no-site --xml "$tmp/big.xml") 2>&1 >/dev/null); rc=$?
 check "topology XML over 64 MiB refused" "[ $rc -eq 2 ] && echo \"\$err\" | grep -q 'larger than 64 MiB'"
+# Multi-node NVLink (GB200 NVL72 trays): no IMEX channel on this machine -> the task is refused with one line;
+# NCCL_MNNVL_ENABLE=0 in [env] runs it. Skipped where a real IMEX channel exists.
+gb="$bin exec --no-site --topology $fixtures/gb200-tray.xml --set cluster.node_type=gb200-nvl72 --nodes 2 --gpus-per-node 4 --mesh-tp 4 --set training.global_batch_size=64 --rank 0 --world-size 8 --master-addr n1"
+if ls /dev/nvidia-caps-imex-channels/channel* >/dev/null 2>&1; then
+  echo "note: this machine has an IMEX channel; the missing-channel case is not checked"
+else
+  err=$(timeout 20 $gb -- true 2>&1); rc=$?
+  check "MNNVL without an IMEX channel exits 2" "[ $rc -eq 2 ]"
+  check "MNNVL without an IMEX channel: one line naming it" "[ \$(echo \"\$err\" | wc -l) -eq 1 ] && echo \"\$err\" | grep -q 'needs an IMEX channel'"
+fi
+timeout 20 $gb --set env.NCCL_MNNVL_ENABLE=0 -- true 2>/dev/null; rc=$?
+check "NCCL_MNNVL_ENABLE=0 runs without IMEX" "[ $rc -eq 0 ]"
 exit $fail

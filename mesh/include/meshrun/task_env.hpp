@@ -120,6 +120,18 @@ std::vector<std::pair<std::string, std::string>> layout_env(const Layout& layout
 // The same from a rank map the caller already holds (no second rank grid).
 std::vector<std::pair<std::string, std::string>> layout_env(const RankMap& map, int rank);
 
+// CUDA_DEVICE_MAX_CONNECTIONS by Megatron-Core's rule (megatron/training/arguments.py, validate_args): with
+// tp > 1 or cp > 1 on GPUs before Blackwell (compute capability < 10) it must be 1 -- unless FSDP-style sharding
+// (meshrun's zero_stage = 3) is on, which wants it above 1 or unset (then: unset and a warning). Blackwell and
+// later: no requirement, unset. "" = leave unset; *warning gets one line where the rule cannot be met or the GPU
+// generation is unknown. `arch_major` from gpu_arch_major().
+std::string cuda_device_max_connections(const Layout& layout, int arch_major, std::string* warning);
+
+// Multi-node NVLink (NCCL_MNNVL_ENABLE=1) needs an IMEX channel: a character device in `dir`
+// (/dev/nvidia-caps-imex-channels/channelN, made by the NVIDIA driver when nvidia-imex runs). "" when one
+// exists, else the one-line refusal. Reads the directory (not pure): front ends call it before running a task.
+std::string imex_channel_problem(const std::string& dir = "/dev/nvidia-caps-imex-channels");
+
 // The warning every front end prints when the site chose hca_scope = rank (one line).
 std::string hca_rank_warning();
 

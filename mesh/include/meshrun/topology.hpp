@@ -38,7 +38,14 @@ struct TopoGpu {
   int numa = -1;          // os_index of the nearest NUMA node, -1 unknown
   CpuSet cpus;            // CPUs of the GPU's non-I/O ancestor
   std::vector<std::string> osdevs;  // "nvml0", "cuda0" where the site's hwloc has those components
+  unsigned pci_device_id = 0;       // 0x2330 (H100 SXM5); 0 when unknown (hand-built topologies)
 };
+
+// CUDA compute capability major of an NVIDIA data-centre GPU: 7 Volta, 8 Ampere, 9 Hopper, 10 Blackwell; 0 when
+// unknown. From the PCI device id (GV100 1db0-1dbf, GA100 20b0-20bf, GH100 2320-233f, GB100/GB200 2900-29ff),
+// else the model name (V100, A100/A800/A30, H100/H200/H800/GH200, B100/B200/B300/GB200), else a node type's GPU
+// key ("h100-sxm", "a100-80gb", "gb200").
+int gpu_arch_major(unsigned pci_device_id, const std::string& model_or_key);
 
 struct TopoNic {
   std::string name;       // RDMA device ("mlx5_3")
