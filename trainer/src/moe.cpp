@@ -110,7 +110,7 @@ void moe_forward(const ExpertParallel& ep, const TensorParallel& tp, int layer, 
     a.aux_grad[i] = static_cast<T>(ep.aux_coef * E * stat[i] / (T_ * T_ * K));
   }
   if (ep.stats) {
-    ep.stats->aux += ep.aux_coef * E * aux;
+    ep.stats->aux[static_cast<std::size_t>(layer)] += ep.aux_coef * E * aux;
     for (int i = 0; i < E; ++i) ep.stats->expert_tokens[static_cast<std::size_t>(layer) * E + i] += std::llround(stat[i]);
   }
   // Dispatch: assignments sorted by expert (stable: rows in order), counts per expert.

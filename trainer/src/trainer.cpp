@@ -346,22 +346,24 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
 
   if (table_.experts > 0) {
     // Every CP rank of a sequence computed the same aux (its statistics were summed over CP), every TP
-    // rank too: count CP rank 0's, summed over data-parallel ranks and stages.
-    std::vector<double> agg(1 + moe_stats_.expert_tokens.size(), 0.0);
+    // rank too: count CP rank 0's, per layer summed over data-parallel ranks (in rank = micro-batch
+    // order) and stages, then the layers in order: the single process's sum with one micro-batch per rank.
+    const std::size_t L = moe_stats_.aux.size();
+    std::vector<double> agg(L + moe_stats_.expert_tokens.size(), 0.0);
     if (coord_.cp == 0) {
-      agg[0] = moe_stats_.aux;
-      for (std::size_t i = 0; i < moe_stats_.expert_tokens.size(); ++i) agg[1 + i] = static_cast<double>(moe_stats_.expert_tokens[i]);
+      for (std::size_t l = 0; l < L; ++l) agg[l] = moe_stats_.aux[l];
+      for (std::size_t i = 0; i < moe_stats_.expert_tokens.size(); ++i) agg[L + i] = static_cast<double>(moe_stats_.expert_tokens[i]);
     }
     dp_.all_reduce(agg.data(), static_cast<std::int64_t>(agg.size()));
     pp_.all_reduce(agg.data(), static_cast<std::int64_t>(agg.size()));
-    st.aux_loss = agg[0];
+    for (std::size_t l = 0; l < L; ++l) st.aux_loss += agg[l];
     double mx = 0, sum = 0;
-    for (std::size_t i = 1; i < agg.size(); ++i) {
+    for (std::size_t i = L; i < agg.size(); ++i) {
       mx = std::max(mx, agg[i]);
       sum += agg[i];
     }
     st.expert_tokens_max = mx;
-    st.expert_tokens_mean = sum / static_cast<double>(agg.size() - 1);
+    st.expert_tokens_mean = sum / static_cast<double>(agg.size() - L);
     st.a2a_bytes = moe_stats_.a2a_bytes;
   }
   st.loss = loss_sum * inv_tokens;

@@ -24,11 +24,11 @@ namespace meshrun::train {
 
 // Per-step statistics of this rank (reset by the trainer each step).
 struct MoeStats {
-  double aux = 0;                          // Σ over its micro-batches and layers of coef/M · E·Σ f·P
+  std::vector<double> aux;                 // [layers]: Σ over its micro-batches (in order) of coef/M · E·Σ f·P
   std::vector<std::int64_t> expert_tokens; // [layers · E]: assignments per expert, summed over micro-batches
   std::int64_t a2a_bytes = 0;              // token bytes this rank sent to other EP ranks (all four exchanges)
   void reset(int layers, int experts) {
-    aux = 0;
+    aux.assign(static_cast<std::size_t>(layers), 0.0);
     a2a_bytes = 0;
     expert_tokens.assign(static_cast<std::size_t>(layers) * experts, 0);
   }
