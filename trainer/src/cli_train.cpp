@@ -348,6 +348,13 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
         std::printf(" | aux %.5f | expert tokens max %.0f mean %.1f | a2a %s", st.aux_loss, st.expert_tokens_max,
                     st.expert_tokens_mean, mib(st.a2a_bytes).c_str());
       std::printf("\n");
+      if (cfg.model.experts > 0 && (s == start || st.step == cfg.training.steps)) {  // per-expert load
+        std::string load;
+        for (std::size_t i = 0; i < st.expert_tokens.size(); ++i)
+          load += (i % cfg.model.experts ? " " : i ? " | " : "") + std::to_string(std::llround(st.expert_tokens[i]));
+        std::printf("meshrun-train: step %d assignments per expert (layers 0..%d): %s\n", st.step,
+                    cfg.model.layers - 1, load.c_str());
+      }
       if (s == start) {  // after one step the transient peak includes gathered units (ZeRO-3) and scratch
         const MemoryReport m = trainer.memory();
         std::printf("meshrun-train: memory per rank (ZeRO-%d): params %s, grads %s, optimizer %s, transient peak %s, "

@@ -364,6 +364,7 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
     }
     st.expert_tokens_max = mx;
     st.expert_tokens_mean = sum / static_cast<double>(agg.size() - L);
+    st.expert_tokens.assign(agg.begin() + static_cast<std::ptrdiff_t>(L), agg.end());
     st.a2a_bytes = moe_stats_.a2a_bytes;
   }
   st.loss = loss_sum * inv_tokens;

@@ -39,6 +39,7 @@ struct StepStats {
   // to other EP ranks.
   double aux_loss = 0, expert_tokens_max = 0, expert_tokens_mean = 0;
   std::int64_t a2a_bytes = 0;
+  std::vector<double> expert_tokens;  // [layers · E]: the step's assignments per (layer, expert), all ranks
 };
 
 // Learning rate of 0-based step s: linear warmup over warmup_steps, then cosine decay to min_lr at
