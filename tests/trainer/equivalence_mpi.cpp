@@ -563,11 +563,13 @@ int main(int argc, char** argv) {
   struct MoeCase {
     int dp, ep, tp, pp, cp, zero;
     bool sp, skew;
+    const char* schedule = "1f1b";
   };
   const MoeCase moes[] = {{2, 2, 1, 1, 1, 0, false, false}, {4, 2, 1, 1, 1, 0, false, false}, {4, 4, 1, 1, 1, 0, false, false},
                           {2, 2, 1, 1, 1, 1, false, false}, {2, 2, 1, 1, 1, 3, false, false}, {4, 2, 1, 1, 1, 3, false, false},
                           {2, 2, 2, 1, 1, 0, false, false}, {2, 2, 2, 1, 1, 1, true, false},  {2, 2, 1, 2, 1, 0, false, false},
-                          {2, 2, 1, 1, 2, 0, false, false}, {2, 2, 1, 1, 1, 0, false, true}};
+                          {2, 2, 1, 2, 1, 3, false, false, "zb"}, {2, 2, 1, 1, 2, 0, false, false},
+                          {2, 2, 1, 1, 1, 0, false, true}};
   for (const MoeCase& mc : moes)
     for (int fp64 = 0; fp64 <= 1; ++fp64) {
       const bool exact = mc.tp == 1 && mc.pp == 1 && mc.cp == 1 && mc.dp == mc.ep;
@@ -578,6 +580,7 @@ int main(int argc, char** argv) {
       c.pp = mc.pp;
       c.cp = mc.cp;
       c.skew_router = mc.skew;
+      c.schedule = mc.schedule;
       const JobConfig& jc = mc.cp > 1 ? cfgm16 : cfgm;
       if (c.ranks() > world) continue;
       const Run r = run_cfg(jc, c);
