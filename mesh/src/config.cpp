@@ -78,6 +78,7 @@ std::vector<Field> make_schema() {
   add(at_least(field("model.experts", &JobConfig::model, &ModelSpec::experts, V::integer, "experts per MoE layer (0 = dense)"), 0));
   add(at_least(field("model.top_k", &JobConfig::model, &ModelSpec::top_k, V::integer, "experts per token"), 1));
   add(at_least(field("model.moe_ffn_hidden", &JobConfig::model, &ModelSpec::moe_ffn_hidden, V::integer, "expert MLP dimension (0 = ffn_hidden)"), 0));
+  add(nonneg(field("model.router_aux_loss_coef", &JobConfig::model, &ModelSpec::router_aux_loss_coef, V::number, "MoE load-balancing loss coefficient")));
   add(nonneg(field("model.rope_theta", &JobConfig::model, &ModelSpec::rope_theta, V::number, "RoPE base")));
   add(nonneg(field("model.norm_eps", &JobConfig::model, &ModelSpec::norm_eps, V::number, "RMSNorm epsilon")));
 

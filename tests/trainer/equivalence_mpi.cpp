@@ -50,7 +50,8 @@ using namespace meshrun::train;
 namespace {
 
 // Fault injection for the negative tests (test-only decorator over a real communicator).
-enum class Fault { none, skip_tp_all_reduce, rotate_dp_all_gather, stage_skips_layer, contiguous_cp_split, ring_drops_block };
+enum class Fault { none, skip_tp_all_reduce, rotate_dp_all_gather, stage_skips_layer, contiguous_cp_split, ring_drops_block,
+                   moe_drop_token, moe_wrong_rank };
 
 class FaultyComm final : public ForwardingComm {
  public:
@@ -99,6 +100,9 @@ struct Run {
   std::int64_t memory = 0;
   std::int64_t saved_activations = 0;        // rank 0's stages: activation slots and backward buffers
   std::vector<std::int64_t> attention_pairs;  // per rank of the layout (gathered on its rank 0)
+  std::vector<double> aux_losses;             // MoE load-balancing loss of every step
+  double tokens_max1 = 0, tokens_mean1 = 0;   // MoE: assignments per (layer, expert) in step 1
+  std::int64_t a2a_bytes1 = 0;                // MoE: rank 0's all-to-all bytes in step 1
 };
 
 struct Case {
@@ -110,6 +114,8 @@ struct Case {
   std::string schedule = "1f1b";
   int cp = 1;
   std::string cp_comm = "ring";
+  int ep = 1;
+  bool skew_router = false;  // MoE: router weights zeroed at the start (all tokens tie: experts 0..k-1)
   int ranks() const { return tp * dp * pp * cp; }
   std::string str() const {
     char b[160];
@@ -122,6 +128,8 @@ struct Case {
       if (virtual_stages > 1) out += " V=" + std::to_string(virtual_stages);
     }
     if (cp > 1) out += " cp=" + std::to_string(cp) + " " + cp_comm;
+    if (ep > 1) out += " ep=" + std::to_string(ep);
+    if (skew_router) out += " skewed router";
     return out;
   }
 };
@@ -137,6 +145,7 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
   layout.tp = c.tp;
   layout.dp = c.dp;
   layout.pp = c.pp;
+  layout.ep = c.ep;
   layout.virtual_stages = c.virtual_stages;
   layout.zero_stage = c.zero;
   layout.sequence_parallel = c.sp;
@@ -166,13 +175,30 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
   if (fault == Fault::stage_skips_layer)  // the second chunk forgets its first decoder layer
     faults.edit_chunks = [](std::vector<ChunkUnits>& chunks) { chunks.at(1).units.erase(chunks.at(1).units.begin()); };
   faults.contiguous_cp_tokens = fault == Fault::contiguous_cp_split;
+  faults.moe_drop_token = fault == Fault::moe_drop_token;
+  faults.moe_wrong_rank = fault == Fault::moe_wrong_rank;
   Trainer<T> t(cfg, grid, rank, groups, faults);
   t.init_params();
+  if (c.skew_router)
+    for (int l = 0; l < t.table().layers; ++l) {
+      const int u = t.table().layer_unit(l);
+      if (!t.holds(u)) continue;
+      std::vector<T> w = t.store().read_unit(u);
+      const TensorSlot& r = t.table().units[u].tensors[kRouter];
+      std::fill(w.begin() + r.offset, w.begin() + r.offset + r.numel(), T(0));
+      t.store().write_unit(u, w.data());
+    }
   Run r;
   for (int s = 0; s < cfg.training.steps; ++s) {
     const StepStats st = t.step(s, sched);
     r.losses.push_back(st.loss);
     r.grad_norms.push_back(st.grad_norm);
+    r.aux_losses.push_back(st.aux_loss);
+    if (s == 0) {
+      r.tokens_max1 = st.expert_tokens_max;
+      r.tokens_mean1 = st.expert_tokens_mean;
+      r.a2a_bytes1 = st.a2a_bytes;
+    }
     if (s == 0)
       for (auto& [name, v] : t.gather_grads()) r.grads1.emplace_back(name, std::vector<double>(v.begin(), v.end()));
   }
@@ -222,6 +248,10 @@ Diff compare(const Run& a, const Run& ref) {
     // The global gradient norm (which sets the clip factor) is held to the loss's bound.
     d.bit_equal = d.bit_equal && a.grad_norms[s] == ref.grad_norms[s];
     d.loss_rel = std::max(d.loss_rel, std::abs(a.grad_norms[s] - ref.grad_norms[s]) / ref.grad_norms[s]);
+    // The MoE load-balancing loss too (zero for dense models).
+    d.bit_equal = d.bit_equal && a.aux_losses[s] == ref.aux_losses[s];
+    if (ref.aux_losses[s] != 0)
+      d.loss_rel = std::max(d.loss_rel, std::abs(a.aux_losses[s] - ref.aux_losses[s]) / std::abs(ref.aux_losses[s]));
   }
   d.param_rel = tensor_rel(a.params, ref.params, &d.bit_equal);
   d.grad_rel = tensor_rel(a.grads1, ref.grads1, &d.bit_equal);
@@ -265,11 +295,12 @@ int main(int argc, char** argv) {
   const int B = cfg.training.global_batch_size;
 
   // Single-process references by (layers, sequence length, micro-batch size, fp64); rank 0 only.
-  std::map<std::tuple<int, int, int, bool>, Run> serial;
-  auto reference_of = [&](const JobConfig& jc, int mbs, bool fp64) -> const Run& {
-    const auto key = std::make_tuple(jc.model.layers, jc.training.seq_len, mbs, fp64);
+  std::map<std::tuple<int, int, int, bool, int, bool>, Run> serial;
+  auto reference_of = [&](const JobConfig& jc, int mbs, bool fp64, bool skew = false) -> const Run& {
+    const auto key = std::make_tuple(jc.model.layers, jc.training.seq_len, mbs, fp64, jc.model.experts, skew);
     if (!serial.count(key)) {
-      const Case c{1, 1, 0, mbs, false, fp64};
+      Case c{1, 1, 0, mbs, false, fp64};
+      c.skew_router = skew;
       serial[key] = fp64 ? train_run<double>(jc, c, MPI_COMM_NULL) : train_run<float>(jc, c, MPI_COMM_NULL);
     }
     return serial[key];
@@ -507,6 +538,79 @@ int main(int argc, char** argv) {
       rep.check("NEGATIVE cp=2, contiguous tokens with zigzag positions", compare(split, reference_of(cfg16, 1, false)),
                 false, kFp32, true);
       rep.check("NEGATIVE cp=2 ring, one K/V block lost", compare(dropped, reference_of(cfg16, 1, false)), false, kFp32, true);
+    }
+  }
+
+  // Mixture of experts with expert parallelism (4 experts, top-2, expert width 32; mesh folds ep into the
+  // dp·cp ranks). Which comparison holds, and why:
+  //  * BIT-EXACT vs the single process when tp = pp = cp = 1, one micro-batch per data-parallel rank and
+  //    edp = dp/ep = 1: routing is row-wise (same bits), the experts run the same per-row products on
+  //    row segments (the GEMM sums each element over the contracted index in order, whatever the rows),
+  //    the combine adds k in order, and an expert's gradient is the sum of its per-source segments, each
+  //    into a zeroed buffer, in source (= micro-batch) order: ((0 + g_0) + g_1) + … as the single process
+  //    accumulates micro-batches. ZeRO-1/3 only move the reduction (edp = 1: no expert reduction at all).
+  //  * Otherwise within 1e-6 (fp32) / 1e-12 (fp64): edp > 1 reduces expert gradients as (g_0 + g_1) +
+  //    (g_2 + g_3); several micro-batches per rank regroup per-source sums; tp splits the experts' inner
+  //    products; cp sums the router statistics per shard; plus the dense reasons above.
+  // The aux loss of every step is compared with the loss; the dropless proof zeroes the router so every
+  // token ties and goes to experts 0 and 1 (both on EP rank 0) and must still match.
+  JobConfig cfgm = cfg;
+  cfgm.model.experts = 4;
+  cfgm.model.top_k = 2;
+  cfgm.model.moe_ffn_hidden = 32;
+  JobConfig cfgm16 = cfgm;
+  cfgm16.training.seq_len = 16;
+  struct MoeCase {
+    int dp, ep, tp, pp, cp, zero;
+    bool sp, skew;
+    const char* schedule = "1f1b";
+  };
+  const MoeCase moes[] = {{2, 2, 1, 1, 1, 0, false, false}, {4, 2, 1, 1, 1, 0, false, false}, {4, 4, 1, 1, 1, 0, false, false},
+                          {2, 2, 1, 1, 1, 1, false, false}, {2, 2, 1, 1, 1, 3, false, false}, {4, 2, 1, 1, 1, 3, false, false},
+                          {2, 2, 2, 1, 1, 0, false, false}, {2, 2, 2, 1, 1, 1, true, false},  {2, 2, 1, 2, 1, 0, false, false},
+                          {2, 2, 1, 2, 1, 3, false, false, "zb"}, {2, 2, 1, 1, 2, 0, false, false},
+                          {2, 2, 1, 1, 1, 0, false, true}};
+  for (const MoeCase& mc : moes)
+    for (int fp64 = 0; fp64 <= 1; ++fp64) {
+      const bool exact = mc.tp == 1 && mc.pp == 1 && mc.cp == 1 && mc.dp == mc.ep;
+      if (fp64 && exact) continue;  // fp64 only where fp32 cannot be bit-exact
+      const int mbs = mc.pp > 1 ? 1 : B / mc.dp;
+      Case c{mc.tp, mc.dp, mc.zero, mbs, mc.sp, fp64 == 1};
+      c.ep = mc.ep;
+      c.pp = mc.pp;
+      c.cp = mc.cp;
+      c.skew_router = mc.skew;
+      c.schedule = mc.schedule;
+      const JobConfig& jc = mc.cp > 1 ? cfgm16 : cfgm;
+      if (c.ranks() > world) continue;
+      const Run r = run_cfg(jc, c);
+      if (rank != 0) continue;
+      const Run& ref = reference_of(jc, mbs, fp64 == 1, mc.skew);
+      rep.check(c.str() + " vs 1 process", compare(r, ref), exact, fp64 ? kFp64 : kFp32);
+      if (mc.skew && !fp64) {
+        // Every token on experts 0 and 1 in step 1 (B·S assignments each), none dropped (the mean is
+        // B·S·k/E), the same counts as the single process.
+        const double tokens = double(B) * jc.training.seq_len;
+        const bool ok = r.tokens_max1 == tokens && r.tokens_mean1 == tokens * 2 / 4 && ref.tokens_max1 == tokens &&
+                        ref.tokens_mean1 == r.tokens_mean1 && r.a2a_bytes1 > 0;
+        ++rep.checks;
+        if (!ok) ++rep.failures;
+        std::printf("%-4s skewed router, step 1: max %.0f (all %.0f tokens on one expert), mean %.0f assignments per "
+                    "expert and layer, rank 0 sent %lld a2a bytes\n", ok ? "ok" : "FAIL", r.tokens_max1, tokens,
+                    r.tokens_mean1, (long long)r.a2a_bytes1);
+      }
+    }
+  // Negative: one routed token dropped, and one token sent to the wrong EP rank's expert, each detected.
+  if (world >= 2) {
+    Case c{1, 2, 0, B / 2, false, false};
+    c.ep = 2;
+    const Run dropped = run_cfg(cfgm, c, Fault::moe_drop_token);
+    const Run misrouted = run_cfg(cfgm, c, Fault::moe_wrong_rank);
+    if (rank == 0) {
+      rep.check("NEGATIVE dp=2 ep=2, one routed token dropped", compare(dropped, reference_of(cfgm, B / 2, false)), false,
+                kFp32, true);
+      rep.check("NEGATIVE dp=2 ep=2, a token sent to the wrong expert rank", compare(misrouted, reference_of(cfgm, B / 2, false)),
+                false, kFp32, true);
     }
   }
 

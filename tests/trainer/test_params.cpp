@@ -111,3 +111,48 @@ TEST_CASE("reductions are fixed-order: ((x0 + x1) + x2)", "[trainer][comm]") {
   CHECK(y[1] == 2);
   CHECK_THROWS(c.send(x, 1, DType::f32, 0, 0));
 }
+
+TEST_CASE("MoE parameter table uses the Hugging Face Mixtral names and shapes", "[trainer][moe]") {
+  ModelSpec m;
+  m.layers = 2; m.hidden = 16; m.heads = 4; m.kv_heads = 2; m.ffn_hidden = 24; m.vocab = 32;
+  m.experts = 3; m.top_k = 2; m.moe_ffn_hidden = 20;
+  const ParamTable t = build_param_table(m, 1, 0);
+  // Every tensor of the file in table order: name and global shape, as a released Mixtral writes them.
+  std::vector<std::string> got;
+  for (const Unit& u : t.units)
+    for (const TensorSlot& s : u.tensors) {
+      std::string line = s.name + " [";
+      for (std::size_t i = 0; i < s.shape().size(); ++i) line += (i ? ", " : "") + std::to_string(s.shape()[i]);
+      got.push_back(line + "]");
+    }
+  std::vector<std::string> want{"model.embed_tokens.weight [32, 16]"};
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* x : {"input_layernorm.weight [16]", "self_attn.q_proj.weight [16, 16]", "self_attn.k_proj.weight [8, 16]",
+                          "self_attn.v_proj.weight [8, 16]", "self_attn.o_proj.weight [16, 16]",
+                          "post_attention_layernorm.weight [16]", "block_sparse_moe.gate.weight [3, 16]"})
+      want.push_back(p + x);
+  }
+  want.push_back("model.norm.weight [16]");
+  want.push_back("lm_head.weight [32, 16]");
+  for (int l = 0; l < 2; ++l)
+    for (int j = 0; j < 3; ++j) {
+      const std::string p = "model.layers." + std::to_string(l) + ".block_sparse_moe.experts." + std::to_string(j) + ".";
+      want.push_back(p + "w1.weight [20, 16]");
+      want.push_back(p + "w3.weight [20, 16]");
+      want.push_back(p + "w2.weight [16, 20]");
+    }
+  CHECK(got == want);
+  CHECK(t.expert_unit(1, 2) == static_cast<int>(t.units.size()) - 1);
+  CHECK(t.is_expert_unit(t.expert_unit(0, 0)));
+  CHECK(!t.is_expert_unit(t.head_unit()));
+  CHECK(t.expert_layer(t.expert_unit(1, 0)) == 1);
+  // ETP = TP: expert rows (w1, w3) and columns (w2) split like the dense MLP's.
+  const ParamTable t2 = build_param_table(m, 2, 1);
+  const auto& e = t2.units[t2.expert_unit(0, 1)].tensors;
+  CHECK(e[kW1].local_rows == 10);
+  CHECK(e[kW1].row0 == 10);
+  CHECK(e[kW2].local_cols == 10);
+  CHECK(e[kW2].col0 == 10);
+  CHECK(t2.global_size() == t.global_size());
+}

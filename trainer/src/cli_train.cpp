@@ -32,7 +32,8 @@ namespace {
 
 const char* kUsage =
     "usage: meshrun-train TEMPLATE.toml [--set section.key=value ...] [--metrics FILE.jsonl]\n"
-    "                     [--site FILE | --no-site]\n"
+    "                     [--site FILE | --no-site] [--count-params]\n"
+    "  --count-params: print the model's parameter count (from the parameter table; allocates nothing) and exit.\n"
     "  Trains the template's model with its [parallel] layout; the MPI world must equal tp·cp·pp·dp.\n"
     "  Configuration layers as everywhere in meshrun: defaults < site file < template < environment < --set.\n"
     "  checkpoint.load / checkpoint.save name safetensors files (Hugging Face Llama names).\n"
@@ -42,7 +43,7 @@ const char* kUsage =
 
 struct Args {
   std::string template_path, metrics, site;
-  bool use_site = true;
+  bool use_site = true, count_params = false;
   std::vector<std::string> sets;
 };
 
@@ -65,6 +66,7 @@ Args parse_args(int argc, char** argv) {
     else if (s.rfind("--metrics=", 0) == 0) a.metrics = s.substr(10);
     else if (s == "--site") a.site = next("--site");
     else if (s == "--no-site") a.use_site = false;
+    else if (s == "--count-params") a.count_params = true;
     else if (!s.empty() && s[0] == '-') throw InputError("unknown option " + s + "; see meshrun-train --help");
     else if (a.template_path.empty()) a.template_path = s;
     else throw InputError("unexpected argument " + s + " (one template only); see meshrun-train --help");
@@ -340,8 +342,19 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     const StepStats st = trainer.step(s, schedule);
     last_step_s = st.ms / 1000.0;
     if (rank == 0) {
-      std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step\n", st.step,
+      std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step", st.step,
                   cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, st.ms);
+      if (cfg.model.experts > 0)
+        std::printf(" | aux %.5f | expert tokens max %.0f mean %.1f | a2a %s", st.aux_loss, st.expert_tokens_max,
+                    st.expert_tokens_mean, mib(st.a2a_bytes).c_str());
+      std::printf("\n");
+      if (cfg.model.experts > 0 && (s == start || st.step == cfg.training.steps)) {  // per-expert load
+        std::string load;
+        for (std::size_t i = 0; i < st.expert_tokens.size(); ++i)
+          load += (i % cfg.model.experts ? " " : i ? " | " : "") + std::to_string(std::llround(st.expert_tokens[i]));
+        std::printf("meshrun-train: step %d assignments per expert (layers 0..%d): %s\n", st.step,
+                    cfg.model.layers - 1, load.c_str());
+      }
       if (s == start) {  // after one step the transient peak includes gathered units (ZeRO-3) and scratch
         const MemoryReport m = trainer.memory();
         std::printf("meshrun-train: memory per rank (ZeRO-%d): params %s, grads %s, optimizer %s, transient peak %s, "
@@ -363,8 +376,13 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
             .field("ms_per_step", st.ms)
             .field("memory_bytes", trainer.memory().total())
             .field("pipeline_wait_ms", st.pipeline.wait_s * 1000.0)
-            .field("pipeline_compute_ms", st.pipeline.compute_s() * 1000.0)
-            .end_object();
+            .field("pipeline_compute_ms", st.pipeline.compute_s() * 1000.0);
+        if (cfg.model.experts > 0)
+          w.field("aux_loss", st.aux_loss)
+              .field("expert_tokens_max", st.expert_tokens_max)
+              .field("expert_tokens_mean", st.expert_tokens_mean)
+              .field("a2a_bytes", st.a2a_bytes);
+        w.end_object();
         std::fprintf(metrics, "%s\n", line.c_str());
         std::fflush(metrics);
       }
@@ -439,6 +457,14 @@ int run(int argc, char** argv, int rank, int world) {
   req.sets = args.sets;
   const Config config = build_config(req);
   const JobConfig& cfg = config.job;
+  if (args.count_params) {  // the global table (tp = 1): metadata only, no buffers, any world size
+    try {
+      if (rank == 0) std::printf("%lld\n", static_cast<long long>(build_param_table(cfg.model, 1, 0).global_size()));
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+    return 0;
+  }
 
   std::vector<Problem> problems;
   const std::optional<Layout> layout = resolve_layout(cfg.parallel, world, &problems);

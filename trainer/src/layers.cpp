@@ -20,7 +20,7 @@ LayerDims LayerDims::make(const ModelSpec& m, const BatchGeometry& g, int tp, in
   d.dh = m.head_dim();
   d.hq = m.heads / tp;
   d.hkv = m.kv_heads / tp;
-  d.ffn = m.ffn_hidden / tp;
+  d.ffn = m.experts > 0 ? 0 : m.ffn_hidden / tp;
   d.vl = m.vocab / tp;
   d.v0 = d.vl * tp_rank;
   d.rope_theta = m.rope_theta;
@@ -66,7 +66,8 @@ void LayerWorkspace<T>::resize(const LayerDims& d, bool sequence_parallel) {
 
 template <class T>
 std::int64_t LayerWorkspace<T>::bytes() const {
-  return static_cast<std::int64_t>((nh.size() + nh_full.size() + ff.size() + att.size() + xn_full.size()) * sizeof(T));
+  return static_cast<std::int64_t>((nh.size() + nh_full.size() + ff.size() + att.size() + xn_full.size() +
+                                    moe_scratch.capacity()) * sizeof(T));
 }
 
 // ---- embedding ---------------------------------------------------------------------------------------
@@ -90,7 +91,7 @@ void embedding_backward_weight(const LayerDims& d, const TensorParallel& tp, con
 template <class T>
 void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
                      const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* x, const std::int32_t* pos,
-                     LayerWorkspace<T>& ws) {
+                     LayerWorkspace<T>& ws, MoeLayer<T>* moe) {
   const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh;
   std::copy(x, x + nl * h, a.x_in);
   kc::rmsnorm_forward(a.xn1, a.rstd1, a.x_in, w + ts[kLn1].offset, nl, h, d.norm_eps);
@@ -105,27 +106,36 @@ void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParall
   tp.reduce_rows(ws.nh_full.data(), ws.nh.data());
   for (std::int64_t i = 0; i < nl * h; ++i) a.x2[i] = a.x_in[i] + ws.nh[i];
   kc::rmsnorm_forward(a.xn2, a.rstd2, a.x2, w + ts[kLn2].offset, nl, h, d.norm_eps);
-  const T* xn2 = tp.full_rows(a.xn2, ws.xn_full.data());
-  kc::linear_forward(a.gate, xn2, w + ts[kGate].offset, n, h, d.ffn);
-  kc::linear_forward(a.up, xn2, w + ts[kUp].offset, n, h, d.ffn);
-  kc::swiglu_forward(a.hact, a.gate, a.up, n * d.ffn);
-  kc::linear_forward(ws.nh_full.data(), a.hact, w + ts[kDown].offset, n, d.ffn, h);
-  tp.reduce_rows(ws.nh_full.data(), ws.nh.data());
+  if (moe) {
+    moe_forward(*moe->ep, tp, moe->layer, ts, w, moe->experts, *moe->ets, *moe->acts, a.xn2, ws.nh.data(), ws.xn_full,
+                ws.nh_full);
+  } else {
+    const T* xn2 = tp.full_rows(a.xn2, ws.xn_full.data());
+    kc::linear_forward(a.gate, xn2, w + ts[kGate].offset, n, h, d.ffn);
+    kc::linear_forward(a.up, xn2, w + ts[kUp].offset, n, h, d.ffn);
+    kc::swiglu_forward(a.hact, a.gate, a.up, n * d.ffn);
+    kc::linear_forward(ws.nh_full.data(), a.hact, w + ts[kDown].offset, n, d.ffn, h);
+    tp.reduce_rows(ws.nh_full.data(), ws.nh.data());
+  }
   for (std::int64_t i = 0; i < nl * h; ++i) x[i] = a.x2[i] + ws.nh[i];
 }
 
 template <class T>
 void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
                             const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* dy,
-                            const std::int32_t* pos, LayerWorkspace<T>& ws) {
+                            const std::int32_t* pos, LayerWorkspace<T>& ws, MoeLayer<T>* moe) {
   const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh;
   // MLP branch.
   tp.gather_rows(dy, a.dmlp);
-  kc::linear_backward_input(ws.ff.data(), a.dmlp, w + ts[kDown].offset, n, d.ffn, h);
-  kc::swiglu_backward(a.dgate, a.dup, ws.ff.data(), a.gate, a.up, n * d.ffn);
-  kc::linear_backward_input(ws.nh_full.data(), a.dgate, w + ts[kGate].offset, n, h, d.ffn);
-  kc::linear_backward_input(ws.nh_full.data(), a.dup, w + ts[kUp].offset, n, h, d.ffn, Store::accumulate);
-  tp.reduce_rows(ws.nh_full.data(), a.dxn2);
+  if (moe) {
+    moe_backward_input(*moe->ep, tp, ts, w, moe->experts, *moe->ets, *moe->acts, a.dmlp, a.dxn2, ws.moe_scratch);
+  } else {
+    kc::linear_backward_input(ws.ff.data(), a.dmlp, w + ts[kDown].offset, n, d.ffn, h);
+    kc::swiglu_backward(a.dgate, a.dup, ws.ff.data(), a.gate, a.up, n * d.ffn);
+    kc::linear_backward_input(ws.nh_full.data(), a.dgate, w + ts[kGate].offset, n, h, d.ffn);
+    kc::linear_backward_input(ws.nh_full.data(), a.dup, w + ts[kUp].offset, n, h, d.ffn, Store::accumulate);
+    tp.reduce_rows(ws.nh_full.data(), a.dxn2);
+  }
   kc::rmsnorm_backward_input(dy, a.dxn2, a.x2, w + ts[kLn2].offset, a.rstd2, nl, h, Store::accumulate);
   // Attention branch; dy now holds d(x2).
   tp.gather_rows(dy, a.dattn);
@@ -146,12 +156,16 @@ void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, Contex
 
 template <class T>
 void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
-                             DecoderActs<T>& a, LayerWorkspace<T>& ws) {
+                             DecoderActs<T>& a, LayerWorkspace<T>& ws, MoeLayer<T>* moe) {
   const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh;
-  kc::linear_backward_weight(dw + ts[kDown].offset, a.dmlp, a.hact, n, d.ffn, h);
   const T* xn2 = tp.full_rows(a.xn2, ws.xn_full.data());  // sequence parallel: gathered again, as Megatron-SP does
-  kc::linear_backward_weight(dw + ts[kGate].offset, a.dgate, xn2, n, h, d.ffn);
-  kc::linear_backward_weight(dw + ts[kUp].offset, a.dup, xn2, n, h, d.ffn);
+  if (moe) {
+    moe_router_backward_weight(*moe->ep, ts, dw, *moe->acts, xn2, n, h);  // experts: Stage, unit by unit
+  } else {
+    kc::linear_backward_weight(dw + ts[kDown].offset, a.dmlp, a.hact, n, d.ffn, h);
+    kc::linear_backward_weight(dw + ts[kGate].offset, a.dgate, xn2, n, h, d.ffn);
+    kc::linear_backward_weight(dw + ts[kUp].offset, a.dup, xn2, n, h, d.ffn);
+  }
   kc::rmsnorm_backward_weight(dw + ts[kLn2].offset, a.dxn2, a.x2, a.rstd2, nl, h);
   kc::linear_backward_weight(dw + ts[kO].offset, a.dattn, a.att, n, d.hq * dh, h);
   const T* xn1 = tp.full_rows(a.xn1, ws.xn_full.data());
@@ -218,13 +232,13 @@ void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const st
                                              LayerWorkspace<T>&);                                                  \
   template void decoder_forward<T>(const LayerDims&, const TensorParallel&, ContextParallel<T>&,                   \
                                    const std::vector<TensorSlot>&, const T*, DecoderActs<T>&, T*,                  \
-                                   const std::int32_t*, LayerWorkspace<T>&);                                      \
+                                   const std::int32_t*, LayerWorkspace<T>&, MoeLayer<T>*);                        \
   template void decoder_backward_input<T>(const LayerDims&, const TensorParallel&, ContextParallel<T>&,            \
                                           const std::vector<TensorSlot>&, const T*, DecoderActs<T>&, T*,           \
-                                          const std::int32_t*, LayerWorkspace<T>&);                               \
+                                          const std::int32_t*, LayerWorkspace<T>&, MoeLayer<T>*);                 \
   template void decoder_backward_weight<T>(const LayerDims&, const TensorParallel&,                                \
                                            const std::vector<TensorSlot>&, T*, DecoderActs<T>&,                    \
-                                           LayerWorkspace<T>&);                                                    \
+                                           LayerWorkspace<T>&, MoeLayer<T>*);                                      \
   template double head_forward<T>(const LayerDims&, const TensorParallel&, const std::vector<TensorSlot>&,         \
                                   const T*, HeadActs<T>&, const T*, const std::int32_t*, LayerWorkspace<T>&);      \
   template void head_backward_input<T>(const LayerDims&, const TensorParallel&, const std::vector<TensorSlot>&,    \

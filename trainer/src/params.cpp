@@ -60,9 +60,15 @@ ParamTable build_param_table(const ModelSpec& m, int tp, int tp_rank) {
   require(m.ffn_hidden % tp == 0, "model.ffn_hidden must be a multiple of parallel.tp; lower parallel.tp");
   require(m.vocab % tp == 0, "model.vocab (" + std::to_string(m.vocab) + ") must be a multiple of parallel.tp (" +
                                  std::to_string(tp) + ") for the vocab-parallel embedding; pad the vocabulary");
+  const bool moe = m.experts > 0;
+  const std::int64_t fe = m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : m.ffn_hidden;
+  require(!moe || m.top_k <= m.experts, "model.top_k must be between 1 and model.experts; lower model.top_k");
+  require(!moe || fe % tp == 0, "the expert width (model.moe_ffn_hidden, or ffn_hidden when 0) must be a multiple of parallel.tp; lower parallel.tp");
   const std::int64_t h = m.hidden, d = m.head_dim(), f = m.ffn_hidden;
   ParamTable t;
   t.layers = m.layers;
+  t.experts = m.experts;
+  t.top_k = m.top_k;
   Unit emb{"embed", {}, 0};
   add(emb, "model.embed_tokens.weight", m.vocab, h, false, Split::rows, tp, tp_rank);
   t.units.push_back(std::move(emb));
@@ -75,15 +81,31 @@ ParamTable build_param_table(const ModelSpec& m, int tp, int tp_rank) {
     add(u, p + "self_attn.v_proj.weight", m.kv_heads * d, h, false, Split::rows, tp, tp_rank);
     add(u, p + "self_attn.o_proj.weight", h, m.heads * d, false, Split::cols, tp, tp_rank);
     add(u, p + "post_attention_layernorm.weight", h, 1, true, Split::replicated, tp, tp_rank);
-    add(u, p + "mlp.gate_proj.weight", f, h, false, Split::rows, tp, tp_rank);
-    add(u, p + "mlp.up_proj.weight", f, h, false, Split::rows, tp, tp_rank);
-    add(u, p + "mlp.down_proj.weight", h, f, false, Split::cols, tp, tp_rank);
+    if (moe) {
+      // The router is replicated over TP: every TP rank routes the same (gathered) rows identically.
+      add(u, p + "block_sparse_moe.gate.weight", m.experts, h, false, Split::replicated, tp, tp_rank);
+    } else {
+      add(u, p + "mlp.gate_proj.weight", f, h, false, Split::rows, tp, tp_rank);
+      add(u, p + "mlp.up_proj.weight", f, h, false, Split::rows, tp, tp_rank);
+      add(u, p + "mlp.down_proj.weight", h, f, false, Split::cols, tp, tp_rank);
+    }
     t.units.push_back(std::move(u));
   }
   Unit head{"head", {}, 0};
   add(head, "model.norm.weight", h, 1, true, Split::replicated, tp, tp_rank);
   add(head, "lm_head.weight", m.vocab, h, false, Split::rows, tp, tp_rank);
   t.units.push_back(std::move(head));
+  // Experts: one unit per (layer, expert), after the head, so the table is the same on every EP rank
+  // (a rank holds only its local experts' units). ETP = TP: w1/w3 split by rows, w2 by columns.
+  for (int l = 0; l < m.layers && moe; ++l)
+    for (int j = 0; j < m.experts; ++j) {
+      const std::string p = "model.layers." + std::to_string(l) + ".block_sparse_moe.experts." + std::to_string(j) + ".";
+      Unit u{"layer" + std::to_string(l) + ".expert" + std::to_string(j), {}, 0};
+      add(u, p + "w1.weight", fe, h, false, Split::rows, tp, tp_rank);
+      add(u, p + "w3.weight", fe, h, false, Split::rows, tp, tp_rank);
+      add(u, p + "w2.weight", h, fe, false, Split::cols, tp, tp_rank);
+      t.units.push_back(std::move(u));
+    }
   return t;
 }
 
@@ -109,7 +131,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 double init_value(std::uint64_t seed, const std::string& name, std::int64_t index, int layers) {
   if (ends_with(name, "norm.weight")) return 1.0;
   double stddev = 0.02;
-  if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight")) stddev /= std::sqrt(2.0 * layers);
+  if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight") || ends_with(name, ".w2.weight")) stddev /= std::sqrt(2.0 * layers);
   // Two uniforms from a counter-based hash of (seed, name, index), then Box-Muller.
   const std::uint64_t key = mix64(seed ^ hash_name(name));
   const std::uint64_t a = mix64(key ^ mix64(static_cast<std::uint64_t>(index)));

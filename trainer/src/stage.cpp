@@ -29,8 +29,9 @@ std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<i
 template <class T>
 Stage<T>::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
                 const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws,
-                const std::vector<std::int32_t>& pos)
-    : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), ws_(ws), pos_(pos) {
+                const std::vector<std::int32_t>& pos, const ExpertParallel* ep)
+    : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), ws_(ws), pos_(pos),
+      ep_(ep && table.experts > 0 ? ep : nullptr) {
   for (int u : units_.units)
     if (u != table_.embed_unit() && u != table_.head_unit()) ++layer_count_;
   Slot probe;
@@ -50,6 +51,7 @@ void Stage<T>::carve(Slot& s) {
   s.x = c.take(dims_.nl * dims_.h);
   s.dy = c.take(dims_.nl * dims_.h);
   s.layers.resize(static_cast<std::size_t>(layer_count_));
+  if (ep_) s.moe.resize(static_cast<std::size_t>(layer_count_));
   for (DecoderActs<T>& a : s.layers) a.carve_forward(c, dims_);
   if (units_.last) s.head.carve_forward(c, dims_);
   slot_elems_ = c.used;
@@ -66,7 +68,10 @@ void Stage<T>::carve_backward(Slot& s) {
 template <class T>
 std::int64_t Stage<T>::allocated_bytes() const {
   const std::int64_t ints = units_.first || units_.last ? 2 * dims_.n * std::int64_t(sizeof(std::int32_t)) : 0;
-  return static_cast<std::int64_t>(slots_.size()) * (slot_elems_ * std::int64_t(sizeof(T)) + ints) +
+  std::int64_t moe = 0;
+  for (const auto& p : slots_)
+    for (const MoeActs<T>& m : p->moe) moe += m.bytes();
+  return moe + static_cast<std::int64_t>(slots_.size()) * (slot_elems_ * std::int64_t(sizeof(T)) + ints) +
          static_cast<std::int64_t>(grad_buffers_.size()) * grad_elems_ * std::int64_t(sizeof(T)) +
          static_cast<std::int64_t>(unit_grads_.size() * sizeof(T));
 }
@@ -141,6 +146,28 @@ void Stage<T>::finish() {
 }
 
 template <class T>
+MoeLayer<T>* Stage<T>::moe_layer(Slot& s, int u, int layer, bool acquire) {
+  if (!ep_) return nullptr;
+  const int model_layer = u - table_.layer_unit(0);
+  moe_args_.ep = ep_;
+  moe_args_.layer = model_layer;
+  moe_args_.acts = &s.moe[layer];
+  moe_args_.ets = &table_.units[table_.expert_unit(model_layer, ep_->first_local())].tensors;
+  moe_args_.experts.assign(static_cast<std::size_t>(ep_->local), nullptr);
+  if (acquire)
+    for (int j = 0; j < ep_->local; ++j)
+      moe_args_.experts[j] = store_.acquire(table_.expert_unit(model_layer, ep_->first_local() + j));
+  return &moe_args_;
+}
+
+template <class T>
+void Stage<T>::release_experts(int u) {
+  if (!ep_) return;
+  const int model_layer = u - table_.layer_unit(0);
+  for (int j = 0; j < ep_->local; ++j) store_.release(table_.expert_unit(model_layer, ep_->first_local() + j));
+}
+
+template <class T>
 double Stage<T>::forward(int mb) {
   Slot& s = slot(mb);
   const std::int32_t* pos = pos_.data();
@@ -154,7 +181,9 @@ double Stage<T>::forward(int mb) {
     } else if (u == table_.head_unit()) {
       loss = head_forward(dims_, tp_, ts, w, s.head, s.x, s.targets.data(), ws_);
     } else {
-      decoder_forward(dims_, tp_, cp_, ts, w, s.layers[l++], s.x, pos, ws_);
+      MoeLayer<T>* moe = moe_layer(s, u, l, true);
+      decoder_forward(dims_, tp_, cp_, ts, w, s.layers[l++], s.x, pos, ws_, moe);
+      release_experts(u);
     }
     store_.release(u);
   }
@@ -169,7 +198,9 @@ void Stage<T>::unit_backward_input(Slot& s, int u, int layer, double loss_scale)
   if (u == table_.head_unit()) {
     head_backward_input(dims_, tp_, ts, w, s.head, s.targets.data(), loss_scale, s.dy, ws_);
   } else {
-    decoder_backward_input(dims_, tp_, cp_, ts, w, s.layers[layer], s.dy, pos_.data(), ws_);
+    MoeLayer<T>* moe = moe_layer(s, u, layer, true);
+    decoder_backward_input(dims_, tp_, cp_, ts, w, s.layers[layer], s.dy, pos_.data(), ws_, moe);
+    release_experts(u);
   }
   store_.release(u);
 }
@@ -183,9 +214,18 @@ void Stage<T>::unit_backward_weight(Slot& s, int u, int layer) {
   } else if (u == table_.head_unit()) {
     head_backward_weight(dims_, tp_, ts, dw, s.head, ws_);
   } else {
-    decoder_backward_weight(dims_, tp_, ts, dw, s.layers[layer], ws_);
+    decoder_backward_weight(dims_, tp_, ts, dw, s.layers[layer], ws_, moe_layer(s, u, layer, false));
   }
   store_.grad_end(u);
+  if (ep_ && layer >= 0) {  // the layer's local experts, each its own unit (replica group edp)
+    const int model_layer = u - table_.layer_unit(0);
+    for (int j = 0; j < ep_->local; ++j) {
+      const int eu = table_.expert_unit(model_layer, ep_->first_local() + j);
+      T* de = store_.grad_begin(eu);
+      moe_expert_backward_weight(*ep_, j, de, table_.units[eu].tensors, s.moe[layer], dims_.h);
+      store_.grad_end(eu);
+    }
+  }
 }
 
 // Layer index (into the slot's decoder activations) of each unit, in reverse unit order.

@@ -23,7 +23,11 @@ std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
   const auto& m = cfg.model;
   if (cfg.parallel.cp_comm != "ring" && cfg.parallel.cp_comm != "allgather")
     return "parallel.cp_comm = \"" + cfg.parallel.cp_comm + "\" is unknown; use \"ring\" or \"allgather\"";
-  if (layout.ep != 1 || m.experts > 0) return "mixture-of-experts models (model.experts, parallel.ep) are not in the bundled trainer yet; use a dense model";
+  if (layout.ep > 1 && m.experts == 0) return "parallel.ep = " + std::to_string(layout.ep) + " needs a mixture-of-experts model; set model.experts or parallel.ep = 1";
+  if (m.experts > 0 && m.experts % layout.ep != 0)
+    return "model.experts = " + std::to_string(m.experts) + " cannot be split evenly over parallel.ep = " + std::to_string(layout.ep) + "; choose ep dividing the experts";
+  if (m.experts > 0 && (m.top_k < 1 || m.top_k > m.experts))
+    return "model.top_k = " + std::to_string(m.top_k) + " must be between 1 and model.experts = " + std::to_string(m.experts) + "; lower model.top_k";
   if (m.mlp != "swiglu") return "model.mlp = \"" + m.mlp + "\": the bundled trainer builds the Llama SwiGLU MLP; set model.mlp = \"swiglu\"";
   if (m.tied_embeddings) return "model.tied_embeddings = true is not supported (Llama's lm_head is untied); set it to false";
   if (t.dtype != "fp32" && t.dtype != "fp64") return "training.dtype = \"" + t.dtype + "\": the CPU trainer computes in \"fp32\" or \"fp64\"";
@@ -65,8 +69,19 @@ std::vector<int> layers_or_throw(const JobConfig& cfg, const Layout& layout) {
 template <class T>
 std::vector<Comm*> Trainer<T>::unit_groups() const {
   std::vector<Comm*> g(table_.units.size(), nullptr);
-  for (std::size_t u = 0; u < g.size(); ++u)
-    if (unit_owner_[u] == coord_.pp) g[u] = &dp_;  // dense units replicate over dp·cp
+  Comm& edp = groups_[GroupKind::edp];
+  const int ep = grid_.layout().ep;
+  for (std::size_t u = 0; u < g.size(); ++u) {
+    if (unit_owner_[u] != coord_.pp) continue;
+    const int uu = static_cast<int>(u);
+    if (!table_.is_expert_unit(uu)) {
+      g[u] = &dp_;  // dense units replicate over dp·cp
+    } else {
+      // Expert j of a layer lives on EP rank j / (E/ep) and replicates over the expert-data-parallel group.
+      const int j = (uu - table_.expert_unit(0, 0)) % table_.experts;
+      if (j / (table_.experts / ep) == coord_.ep) g[u] = &edp;
+    }
+  }
   return g;
 }
 
@@ -89,6 +104,8 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
                if (faults.edit_chunks) faults.edit_chunks(chunks_);
                for (const ChunkUnits& c : chunks_)
                  for (int u : c.units) unit_owner_[u] = chunk_rank(c.chunk, grid.layout().pp);
+               for (int u = table_.head_unit() + 1; u < static_cast<int>(table_.units.size()); ++u)
+                 unit_owner_[u] = unit_owner_[table_.layer_unit(table_.expert_layer(u))];  // experts: their layer's stage
                return unit_groups();
              }()),
       dims_(LayerDims::make(cfg.model, geometry_, grid.layout().tp, coord_.tp)),
@@ -114,11 +131,29 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   cpctx_.hkv = dims_.hkv;
   cpctx_.dh = dims_.dh;
   cpctx_.resize();
+  // Expert parallelism: the EP group of this stage and TP rank (mesh's expert grid, ETP = TP).
+  if (table_.experts > 0) {
+    epctx_.ep = &groups[GroupKind::ep];
+    if (epctx_.ep->rank() != coord_.ep) throw std::logic_error("the EP communicator's rank differs from the rank map's ep");
+    epctx_.cp = &groups[GroupKind::cp];
+    epctx_.experts = table_.experts;
+    epctx_.top_k = table_.top_k;
+    epctx_.local = table_.experts / l.ep;
+    epctx_.ffn = (cfg.model.moe_ffn_hidden > 0 ? cfg.model.moe_ffn_hidden : cfg.model.ffn_hidden) / l.tp;
+    epctx_.tokens = static_cast<std::int64_t>(geometry_.micro_batch_size) * geometry_.seq_len;
+    epctx_.aux_coef = cfg.model.router_aux_loss_coef * static_cast<double>(geometry_.micro_batch_size) /
+                      static_cast<double>(cfg.training.global_batch_size);  // mean over the step's micro-batches
+    epctx_.stats = &moe_stats_;
+    epctx_.fault_drop_token = faults.moe_drop_token;
+    epctx_.fault_wrong_rank = faults.moe_wrong_rank;
+    moe_stats_.reset(table_.layers, table_.experts);
+  }
   const int nchunks = l.pp * l.virtual_stages;
   std::vector<Stage<T>*> by_chunk(static_cast<std::size_t>(nchunks), nullptr);
   for (const ChunkUnits& c : chunks_) {
     if (chunk_rank(c.chunk, l.pp) != coord_.pp) continue;
-    stages_.push_back(std::make_unique<Stage<T>>(c, dims_, tpctx_, cpctx_, table_, store_, ws_, pos_));
+    stages_.push_back(std::make_unique<Stage<T>>(c, dims_, tpctx_, cpctx_, table_, store_, ws_, pos_,
+                                                 table_.experts > 0 ? &epctx_ : nullptr));
     by_chunk[c.chunk] = stages_.back().get();
   }
   if (const std::string why = check_schedule_spec(schedule_spec(cfg, l, geometry_)); !why.empty())
@@ -204,6 +239,12 @@ std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::assemble(const s
           }
         }
       }
+      // An expert's EP rank gives it to the other EP ranks of its stage.
+      if (table_.is_expert_unit(static_cast<int>(u))) {
+        const int j = (static_cast<int>(u) - table_.expert_unit(0, 0)) % table_.experts;
+        groups_[GroupKind::ep].broadcast(full.data(), static_cast<std::int64_t>(full.size()), dtype_of<T>(),
+                                         j / (table_.experts / grid_.layout().ep));
+      }
       // The pipeline rank holding the unit gives it to the others (pp rank r is rank r of the pp group).
       pp_.broadcast(full.data(), static_cast<std::int64_t>(full.size()), dtype_of<T>(), unit_owner_[u]);
       out.emplace_back(t.name, std::move(full));
@@ -257,6 +298,7 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   };
 
   StepStats st;
+  if (table_.experts > 0) moe_stats_.reset(table_.layers, table_.experts);
   store_.zero_grads();
   const std::vector<double> losses =
       runtime_->run(schedule_.ranks[coord_.pp], static_cast<int>(g.microbatches), load, inv_tokens, &st.pipeline);
@@ -274,6 +316,14 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
     for (const TensorSlot& t : table_.units[u].tensors) include.push_back(t.split != Split::replicated || tp_.rank() == 0);
     sq[u] = store_.grad_sumsq(uu, include);
     store_.group(uu).all_reduce(&sq[u], 1);
+  }
+  if (table_.experts > 0) {  // an expert's unit is held on one EP rank of its stage: the others add zeros
+    std::vector<double> e(sq.size(), 0.0);
+    for (std::size_t u = 0; u < sq.size(); ++u)
+      if (table_.is_expert_unit(static_cast<int>(u))) e[u] = sq[u];
+    groups_[GroupKind::ep].all_reduce(e.data(), static_cast<std::int64_t>(e.size()));
+    for (std::size_t u = 0; u < sq.size(); ++u)
+      if (table_.is_expert_unit(static_cast<int>(u))) sq[u] = e[u];
   }
   tp_.all_reduce(sq.data(), static_cast<std::int64_t>(sq.size()));
   pp_.all_reduce(sq.data(), static_cast<std::int64_t>(sq.size()));
@@ -294,6 +344,29 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   kc::AdamW hp{st.lr, tr.beta1, tr.beta2, tr.adam_eps, tr.weight_decay, s + 1, clip};
   store_.adam_step(hp);
 
+  if (table_.experts > 0) {
+    // Every CP rank of a sequence computed the same aux (its statistics were summed over CP), every TP
+    // rank too: count CP rank 0's, per layer summed over data-parallel ranks (in rank = micro-batch
+    // order) and stages, then the layers in order: the single process's sum with one micro-batch per rank.
+    const std::size_t L = moe_stats_.aux.size();
+    std::vector<double> agg(L + moe_stats_.expert_tokens.size(), 0.0);
+    if (coord_.cp == 0) {
+      for (std::size_t l = 0; l < L; ++l) agg[l] = moe_stats_.aux[l];
+      for (std::size_t i = 0; i < moe_stats_.expert_tokens.size(); ++i) agg[L + i] = static_cast<double>(moe_stats_.expert_tokens[i]);
+    }
+    dp_.all_reduce(agg.data(), static_cast<std::int64_t>(agg.size()));
+    pp_.all_reduce(agg.data(), static_cast<std::int64_t>(agg.size()));
+    for (std::size_t l = 0; l < L; ++l) st.aux_loss += agg[l];
+    double mx = 0, sum = 0;
+    for (std::size_t i = L; i < agg.size(); ++i) {
+      mx = std::max(mx, agg[i]);
+      sum += agg[i];
+    }
+    st.expert_tokens_max = mx;
+    st.expert_tokens_mean = sum / static_cast<double>(agg.size() - L);
+    st.expert_tokens.assign(agg.begin() + static_cast<std::ptrdiff_t>(L), agg.end());
+    st.a2a_bytes = moe_stats_.a2a_bytes;
+  }
   st.loss = loss_sum * inv_tokens;
   st.grad_norm = norm;
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -27,6 +27,7 @@ struct ModelSpec {
   int experts = 0;           // 0 = dense
   int top_k = 1;
   int moe_ffn_hidden = 0;    // 0 = ffn_hidden
+  double router_aux_loss_coef = 0.01;  // load-balancing loss weight (Mixtral/HF default)
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   int head_dim() const { return hidden / heads; }

@@ -12,6 +12,7 @@
 #include "meshrun/geometry.hpp"
 #include "meshrun/job.hpp"
 #include "meshrun/train/context_parallel.hpp"
+#include "meshrun/train/moe.hpp"
 #include "meshrun/train/params.hpp"
 #include "meshrun/train/tensor_parallel.hpp"
 
@@ -23,7 +24,7 @@ struct LayerDims {
   std::int64_t seq = 0, mbs = 0;   // tokens per sequence on this rank (S / cp); sequences per micro-batch
   std::int64_t h = 0, dh = 0;      // hidden size, head dimension
   std::int64_t hq = 0, hkv = 0;    // local query / key-value heads
-  std::int64_t ffn = 0;            // local MLP width
+  std::int64_t ffn = 0;            // local MLP width (0 in a mixture-of-experts layer: see ExpertParallel)
   std::int64_t vl = 0, v0 = 0;     // local vocabulary rows and the first one
   double rope_theta = 0, norm_eps = 0;
   static LayerDims make(const ModelSpec& m, const BatchGeometry& g, int tp, int tp_rank);
@@ -66,7 +67,7 @@ struct HeadActs {
 // Scratch shared by every unit of a rank (nothing in it lives from one call to the next).
 template <class T>
 struct LayerWorkspace {
-  std::vector<T> nh, nh_full, ff, att, xn_full;
+  std::vector<T> nh, nh_full, ff, att, xn_full, moe_scratch;
   void resize(const LayerDims& d, bool sequence_parallel);
   std::int64_t bytes() const;
 };
@@ -82,20 +83,31 @@ void embedding_backward_weight(const LayerDims& d, const TensorParallel& tp, con
                                T* dw, const std::int32_t* ids, const T* dx, LayerWorkspace<T>& ws);
 
 // ---- decoder layer -----------------------------------------------------------------------------------
+// What a mixture-of-experts decoder layer gets besides its own unit (null for a dense layer): the EP
+// module, its activations of this micro-batch and its local experts' units (moe.hpp).
+template <class T>
+struct MoeLayer {
+  const ExpertParallel* ep = nullptr;
+  int layer = 0;
+  MoeActs<T>* acts = nullptr;
+  const std::vector<TensorSlot>* ets = nullptr;  // an expert unit's tensors (the same offsets for every expert)
+  std::vector<const T*> experts;                 // local experts' parameters (forward, B)
+};
+
 // x[nl, h] in place: input -> output. pos[n]: global positions of the rows. Attention goes through the
 // context-parallel module (plain causal attention when cp = 1).
 template <class T>
 void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
                      const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* x, const std::int32_t* pos,
-                     LayerWorkspace<T>& ws);
+                     LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
 // dy[nl, h] in place: gradient at the output -> gradient at the input.
 template <class T>
 void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
                             const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* dy,
-                            const std::int32_t* pos, LayerWorkspace<T>& ws);
+                            const std::int32_t* pos, LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
 template <class T>
 void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
-                             DecoderActs<T>& a, LayerWorkspace<T>& ws);
+                             DecoderActs<T>& a, LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
 
 // ---- head: final norm, lm_head, cross-entropy --------------------------------------------------------
 // Returns Σ over the micro-batch's rows of the cross-entropy (double, rows in order).

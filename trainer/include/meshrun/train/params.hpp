@@ -2,7 +2,7 @@
 // rank's tensor-parallel block and its offset in a flat per-unit buffer (llm.c style).
 //
 // A "unit" is what ZeRO-3 gathers at once: the embedding, each decoder layer, the head (final norm +
-// lm_head). Units keep their tensors back to back; the data-parallel shards cut across tensors.
+// lm_head), and for mixture-of-experts models each (layer, expert) after those. Units keep their tensors back to back; the data-parallel shards cut across tensors.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -38,6 +38,9 @@ struct Unit {
 
 // Tensor order inside a decoder-layer unit (the model indexes by these).
 enum LayerTensor { kLn1, kQ, kK, kV, kO, kLn2, kGate, kUp, kDown, kLayerTensors };
+// A mixture-of-experts layer unit has the router in place of the MLP; each expert is a unit of its own.
+inline constexpr int kRouter = kGate;
+enum ExpertTensor { kW1, kW3, kW2 };  // gate, up, down (Mixtral's w1, w3, w2)
 
 struct ParamTable {
   std::vector<Unit> units;  // embed, layer0..layerL-1, head
@@ -45,6 +48,11 @@ struct ParamTable {
   int embed_unit() const { return 0; }
   int layer_unit(int l) const { return 1 + l; }
   int head_unit() const { return layers + 1; }
+  // Mixture of experts: experts per layer (0 = dense), experts per token; expert j of layer l is a unit.
+  int experts = 0, top_k = 0;
+  int expert_unit(int l, int j) const { return layers + 2 + l * experts + j; }
+  bool is_expert_unit(int u) const { return experts > 0 && u >= layers + 2; }
+  int expert_layer(int u) const { return (u - layers - 2) / experts; }
   std::int64_t local_size() const;
   std::int64_t global_size() const;  // parameters of the whole model
 };

@@ -30,7 +30,8 @@ class Stage {
  public:
   // pos: global positions of the micro-batch's rows [n] (sequences back to back).
   Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
-        const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos);
+        const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos,
+        const ExpertParallel* ep = nullptr);  // ep: mixture-of-experts layers (nullptr: dense)
 
   const ChunkUnits& units() const { return units_; }
   // Buffers of micro-batch mb's slot (taken on first use):
@@ -66,6 +67,7 @@ class Stage {
     std::vector<std::int32_t> ids, targets;
     T *x = nullptr, *dy = nullptr;
     std::vector<DecoderActs<T>> layers;
+    std::vector<MoeActs<T>> moe;  // per decoder layer of a mixture-of-experts model
     HeadActs<T> head{};
     std::vector<Request> sends;
     bool free = true, weights_done = false, gradient_sent = false;
@@ -78,6 +80,9 @@ class Stage {
   void unit_backward_input(Slot& s, int unit, int layer, double loss_scale);
   void unit_backward_weight(Slot& s, int unit, int layer);
   template <class F> void for_units_reversed(F&& f);
+  // The MoE arguments of decoder unit u (its local experts acquired when `acquire`), or nullptr if dense.
+  MoeLayer<T>* moe_layer(Slot& s, int u, int layer, bool acquire);
+  void release_experts(int u);
 
   ChunkUnits units_;
   LayerDims dims_;
@@ -87,6 +92,8 @@ class Stage {
   ParamStore<T>& store_;
   LayerWorkspace<T>& ws_;
   const std::vector<std::int32_t>& pos_;
+  const ExpertParallel* ep_ = nullptr;
+  MoeLayer<T> moe_args_;
   int layer_count_ = 0;
   std::int64_t slot_elems_ = 0, grad_elems_ = 0;
   std::vector<std::unique_ptr<Slot>> slots_;

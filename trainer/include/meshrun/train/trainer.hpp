@@ -33,6 +33,13 @@ struct StepStats {
   int step = 0;  // 1-based, as printed
   double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, ms = 0;
   PipelineTiming pipeline;  // this rank's action list: time blocked in receives, in F/B/W
+  // Mixture of experts (zeros for a dense model): the load-balancing loss (already times
+  // router_aux_loss_coef, averaged over the step's micro-batches; `loss` stays the language-model loss),
+  // the assignments per (layer, expert) over the step (max and mean), and the token bytes this rank sent
+  // to other EP ranks.
+  double aux_loss = 0, expert_tokens_max = 0, expert_tokens_mean = 0;
+  std::int64_t a2a_bytes = 0;
+  std::vector<double> expert_tokens;  // [layers · E]: the step's assignments per (layer, expert), all ranks
 };
 
 // Learning rate of 0-based step s: linear warmup over warmup_steps, then cosine decay to min_lr at
@@ -58,6 +65,8 @@ class Trainer {
   struct TestFaults {
     std::function<void(std::vector<ChunkUnits>&)> edit_chunks;  // e.g. a stage that skips a layer
     bool contiguous_cp_tokens = false;  // CP rank r reads tokens [r·S/cp, …) but attends with zigzag positions
+    bool moe_drop_token = false;        // EP: the first routed assignment of every micro-batch is dropped
+    bool moe_wrong_rank = false;        // EP: one assignment is sent to the next EP rank's expert
   };
   // rank: this process's rank in `grid`; groups: its communicators (make_mpi_groups).
   Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups, const TestFaults& faults = {});
@@ -86,6 +95,8 @@ class Trainer {
   // Visible causal (query, key) pairs this rank's attention computed so far (the CP load-balance counter).
   std::int64_t attention_pairs() const { return cpctx_.pairs; }
   double attention_seconds() const { return cpctx_.seconds; }
+  // Mixture of experts: this rank's routing statistics of the last step (assignments per layer·E + expert).
+  const MoeStats& moe_stats() const { return moe_stats_; }
   // For sharded checkpoints (checkpoint.hpp).
   const JobConfig& config() const { return cfg_; }
   const RankGrid& grid() const { return grid_; }
@@ -112,6 +123,8 @@ class Trainer {
   ParamStore<T> store_;
   LayerDims dims_;
   TensorParallel tpctx_;
+  MoeStats moe_stats_;
+  ExpertParallel epctx_;
   LayerWorkspace<T> ws_;
   ContextParallel<T> cpctx_;
   std::vector<std::int32_t> pos_;        // global positions of a micro-batch's rows on this rank
