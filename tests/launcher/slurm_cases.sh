@@ -99,16 +99,18 @@ case $NAME in
     say "meshrun run in salloc -N2: 4 tasks, rank = SLURM_PROCID, tp/dp as planned (exec and plugin)"
     ;;
   checkpoint_signal)
-    # The generated script relays the checkpoint signal to every rank and requeues once.
+    # The generated script relays the checkpoint signal to every rank and requeues once, because rank 0
+    # writes the status file as meshrun-train does after a committed save ("saved STEP SIGNAL").
     cat >trap.sh <<'SH'
 #!/bin/sh
-trap 'echo "GOT USR1 rank=$RANK restart=${SLURM_RESTART_COUNT:-0}"; exit 0' USR1
+trap 'echo "GOT USR1 rank=$RANK restart=${SLURM_RESTART_COUNT:-0}"; [ "$RANK" = 0 ] && echo "saved 1 USR1" >"$CK_STATUS"; exit 0' USR1
 echo "START rank=$RANK restart=${SLURM_RESTART_COUNT:-0}"
 [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && exit 0
 i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 SH
     chmod +x trap.sh
-    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --set checkpoint.dir="$WORK/ck" \
+    mkdir -p "$WORK/ck"
+    out=$(CK_STATUS="$WORK/ck/status" T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --set checkpoint.dir="$WORK/ck" \
       --output "$WORK/job-%j.out" -- "$WORK/trap.sh") || fail "meshrun sbatch failed: $out"
     id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
     for _ in $(seq 300); do grep -q '^START' "job-$id.out" 2>/dev/null && [ "$(grep -c '^START' "job-$id.out")" = 4 ] && break; sleep 0.1; done
@@ -123,7 +125,7 @@ SH
     info=$(T scontrol show job "$id")
     T scancel "$id"
     [ "$(grep -c '^GOT USR1 rank=[0-3] restart=0' "job-$id.out")" = 4 ] || fail "not every rank got USR1: $(cat "job-$id.out")"
-    grep -q "requeueing job $id" "job-$id.out" || fail "no requeue: $(cat "job-$id.out")"
+    grep -q "the trainer committed checkpoint step-1 after SIGUSR1 .*; requeueing job $id" "job-$id.out" || fail "no requeue: $(cat "job-$id.out")"
     echo "$info" | grep -q 'JobState=PENDING Reason=BeginTime' || fail "job not pending after the requeue: $info"
     echo "$info" | grep -q 'Restarts=1 ' || fail "Slurm counts no restart: $info"
     say "USR1 to the batch shell reached all 4 ranks; the script requeued the job (Restarts=1, pending)"
