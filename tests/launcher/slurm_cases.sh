@@ -143,5 +143,35 @@ SH
     grep -q '^step *3/3 | loss' "job-$id.out" || fail "training did not finish: $(cat "job-$id.out")"
     say "job $id: meshrun-train ran 3 steps on 2 nodes x 2 ranks"
     ;;
+  trainer_preempt)
+    # Issue 16: meshrun sbatch tiny with checkpoint.dir; USR1 to the batch shell mid-run -> meshrun-train saves,
+    # writes the status file, the script requeues; the requeued job resumes and finishes. The two segments'
+    # metrics equal an uninterrupted run's (mpirun on this host, same layout) bit for bit.
+    [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
+    "$(dirname "$TRAINER_BIN")/meshrun-tokenize" "$WORK/corpus.bin" /usr/share/common-licenses >/dev/null || fail "tokenizer"
+    sets=(--set data.path="$WORK/corpus.bin" --set training.steps=12)
+    T mpirun --oversubscribe --allow-run-as-root -np 4 "$TRAINER_BIN" "$TINY" --no-site "${sets[@]}" --metrics "$WORK/ref.jsonl" \
+      >ref.out 2>&1 || fail "reference run failed: $(tail -5 ref.out)"
+    sets+=(--set checkpoint.dir="$WORK/ck")
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 "${sets[@]}" \
+      --output "$WORK/job-%j.out" -- "$TRAINER_BIN" "$TINY" --no-site "${sets[@]}" --metrics "$WORK/m.jsonl") ||
+      fail "meshrun sbatch failed: $out"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    [ -n "$id" ] || fail "no job id in: $out"
+    for _ in $(seq 600); do [ -f m.jsonl ] && [ "$(wc -l <m.jsonl)" -ge 3 ] && break; sleep 0.1; done
+    T scancel --batch --signal=USR1 "$id" || fail "scancel --batch failed"
+    # The requeued job starts once its old credential expires (~2 min), then resumes and finishes.
+    for _ in $(seq 2400); do grep -q "training finished at step 12" "job-$id.out" 2>/dev/null && break; sleep 0.1; done
+    wait_job "$id"
+    log=$(cat "job-$id.out")
+    saved=$(sed -n 's/.*the trainer committed checkpoint step-\([0-9]*\) after SIGUSR1.*requeueing job.*/\1/p' "job-$id.out")
+    [ -n "$saved" ] || fail "no committed save + requeue line: $log"
+    grep -q "resuming from $WORK/ck/step-$saved: step $saved" "job-$id.out" || fail "the requeued job did not resume at $saved: $log"
+    grep -q "meshrun: training finished at step 12" "job-$id.out" || fail "the requeued job did not finish: $log"
+    T scontrol show job "$id" | grep -q 'Restarts=1 ' || fail "Slurm counts no restart"
+    num() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+    diff <(num ref.jsonl) <(num m.jsonl) >/dev/null || fail "segments differ from the uninterrupted run: $(diff <(num ref.jsonl) <(num m.jsonl) | head -4)"
+    say "job $id: USR1 -> saved step-$saved -> requeued -> resumed -> finished; 12 steps equal the uninterrupted run bit for bit"
+    ;;
   *) echo "unknown case '$NAME'"; exit 2 ;;
 esac

@@ -2,7 +2,7 @@
 # Crash safety of the checkpoint commit: a 4-rank run (tiny, tp 2 × dp 2, ZeRO-1, 4 steps, saves at 2 and 4,
 # keep = 1) is killed with SIGKILL inside the save of step 4 at N points drawn from a fixed seed (rank, crash
 # point of the commit protocol, which occurrence: MESHRUN_CKPT_KILL, docs/trainer.md). Each time the rerun
-# must resume from the last committed checkpoint (step 4 when `latest` was already renamed, else step 2)
+# must resume from the last committed checkpoint (step 4 once rank 0 renamed `latest`, else step 2)
 # and end with weights identical to an uncrashed run's. Prints the number of corrupt resumes.
 # usage: checkpoint_crash.sh MESHRUN_TRAIN MESHRUN_TOKENIZE TEMPLATE MPIRUN [N=10] [SEED=16]
 set -u
@@ -47,8 +47,16 @@ for i in "${!draws[@]}"; do
   if [[ $rc -eq 0 ]] || ! grep -q "rank $rank raises SIGKILL in the save of step 4 at $point #$k" "$DIR/kill.out"; then
     bad "kill $d did not happen (exit $rc)"; tail -3 "$DIR/kill.out"; continue
   fi
-  want=2
-  [[ $point == latest || $point == pruned ]] && want=4
+  # The commit point is rank 0's rename of latest: before it the previous checkpoint is the committed one, after
+  # it the new one. A rank other than 0 killed after the gather may lose the race with rank 0's commit: either
+  # outcome is a complete checkpoint, and `latest` says which.
+  want=$(sed -n 's/^step-//p' "$ck/latest" 2>/dev/null)
+  expect=2
+  [[ $point == latest || $point == pruned ]] && expect=4
+  [[ $point == gathered && $rank != 0 ]] && expect=$want
+  if [[ $want != "$expect" ]]; then
+    corrupt=$((corrupt + 1)); bad "kill at $d: latest names step-$want, expected step-$expect"; continue
+  fi
   if ! run "$ck" "$DIR/resume.out"; then
     corrupt=$((corrupt + 1)); bad "kill at $d: the rerun failed"; tail -3 "$DIR/resume.out"; continue
   fi
