@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -250,16 +251,19 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   }
   int start = 0;
   if (!resume_from.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       start = load_checkpoint(trainer, resume_from, file->tokens());
     } catch (const CheckpointError& e) {
       err = e.what();
     }
     collective_check(err, rank, world);
+    double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    MPI_Allreduce(MPI_IN_PLACE, &load_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) {
       const CheckpointInfo info = read_checkpoint_info(resume_from);
-      std::printf("meshrun-train: resuming from %s: step %d, %lld samples consumed, saved under %s%s\n",
-                  resume_from.c_str(), start, static_cast<long long>(info.consumed_samples), info.layout_text.c_str(),
+      std::printf("meshrun-train: resuming from %s: step %d, %lld samples consumed, saved under %s; loaded in %.3f s%s\n",
+                  resume_from.c_str(), start, static_cast<long long>(info.consumed_samples), info.layout_text.c_str(), load_s,
                   ck.load.empty() ? "" : ("; checkpoint.load = " + ck.load + " not used (the checkpoint wins)").c_str());
     }
   } else if (ck.load.empty()) {

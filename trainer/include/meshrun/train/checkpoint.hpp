@@ -94,4 +94,13 @@ std::string status_file_path(const std::string& dir);
 template <class T>
 std::vector<T> read_global_tensor(const std::string& path, const std::string& name, const std::string& kind);
 
+// Reads every piece of every shard (file size, header, dtype, shape, hash) and checks that every element of
+// every tensor and moment is held once; returns the number of pieces. CheckpointError naming file and tensor.
+std::int64_t verify_checkpoint(const std::string& path);
+
+// Consolidates a checkpoint's parameters into one safetensors file with the Hugging Face names (the
+// checkpoint's dtype), streaming: one tensor in memory at a time. Written to OUT.tmp, fsynced, renamed.
+// Returns the bytes written.
+std::int64_t export_checkpoint(const std::string& path, const std::string& out);
+
 }  // namespace meshrun::train
