@@ -65,6 +65,22 @@ else bad "segments differ from the uninterrupted run:"; head -4 "$DIR/diff"; fi
 cmp -s "$DIR/ref.safetensors" "$DIR/sig.safetensors" && pass "final weights identical to the uninterrupted run's" \
   || bad "final weights differ"
 
+# 2b. SIGTERM straight to every rank (what Slurm does at the time limit or scancel, before SIGKILL): a
+#     best-effort save that is logged, status "saved N TERM"; signal_lead_s = 0 makes every save "too slow".
+"${RUN[@]}" --set checkpoint.dir="$DIR/term" --set checkpoint.signal_lead_s=0 --set checkpoint.interval=2 \
+  --metrics "$DIR/term.jsonl" >"$DIR/term.out" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [[ -f $DIR/term.jsonl && $(wc -l <"$DIR/term.jsonl") -ge 3 ]] && break; sleep 0.1; done
+ranks=$(pgrep -P "$pid" | tr '\n' ' ')
+[[ $(wc -w <<<"$ranks") -eq 4 ]] || bad "expected 4 rank processes under mpirun, found: $ranks"
+for r in $ranks; do kill -TERM "$r"; done
+wait "$pid"; rc=$?
+read -r state tsaved tsig <"$DIR/term/status" 2>/dev/null
+[[ $rc -eq 75 && $state == saved && $tsig == TERM ]] && pass "SIGTERM to every rank: saved step $tsaved, exit 75" \
+  || { bad "SIGTERM: exit $rc, status '$(cat "$DIR/term/status" 2>/dev/null)'"; tail -4 "$DIR/term.out"; }
+grep -q "warning: this save took .* longer than checkpoint.signal_lead_s = 0 s" "$DIR/term.out" \
+  && pass "a save slower than checkpoint.signal_lead_s is warned about" || bad "no lead-time warning"
+
 # 3. Resume wins over checkpoint.load, and says so; a finished checkpoint resumes with nothing left to do.
 expect 0 "checkpoint.load = $DIR/ref.safetensors not used (the checkpoint wins)" "resume wins over checkpoint.load" -- \
   "${RUN[@]}" --set checkpoint.dir="$DIR/ref" --set checkpoint.load="$DIR/ref.safetensors"
