@@ -173,5 +173,28 @@ SH
     diff <(num ref.jsonl) <(num m.jsonl) >/dev/null || fail "segments differ from the uninterrupted run: $(diff <(num ref.jsonl) <(num m.jsonl) | head -4)"
     say "job $id: USR1 -> saved step-$saved -> requeued -> resumed -> finished; 12 steps equal the uninterrupted run bit for bit"
     ;;
+  trainer_kill9)
+    # Issue 16: kill -9 of one rank of a running meshrun sbatch job ends the job within 60 s, and a line names it.
+    [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
+    "$(dirname "$TRAINER_BIN")/meshrun-tokenize" "$WORK/corpus.bin" /usr/share/common-licenses >/dev/null || fail "tokenizer"
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 --set data.path="$WORK/corpus.bin" \
+      --set training.steps=2000 --output "$WORK/job-%j.out") || fail "meshrun sbatch failed: $out"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    [ -n "$id" ] || fail "no job id in: $out"
+    for _ in $(seq 600); do grep -q '^step *3/' "job-$id.out" 2>/dev/null && break; sleep 0.1; done
+    victim=
+    for p in $(pgrep -x meshrun-train); do
+      env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+      echo "$env" | grep -qx "SLURM_JOB_ID=$id" && echo "$env" | grep -qx "SLURM_PROCID=2" && victim=$p
+    done
+    [ -n "$victim" ] || { T scancel "$id"; fail "rank 2 of job $id not found"; }
+    kill -KILL "$victim"
+    t0=$(date +%s)
+    wait_job "$id"
+    t=$(($(date +%s) - t0))
+    [ "$t" -lt 60 ] || fail "job $id ended ${t} s after the kill"
+    grep -q "task 2: Killed" "job-$id.out" || fail "no line names task 2: $(tail -8 "job-$id.out")"
+    say "job $id: kill -9 of rank 2 ended the job after ${t} s; $(grep -m1 'task 2: Killed' "job-$id.out")"
+    ;;
   *) echo "unknown case '$NAME'"; exit 2 ;;
 esac
