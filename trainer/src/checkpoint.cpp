@@ -634,13 +634,38 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
     desc = json();
     err = e.what();
   }
-  // 3. the descriptions (or a failure, marked '!') go to every rank; rank 0 commits.
-  const std::vector<std::string> descs = agree(err.empty() ? desc.dump() : "!" + err);
-  fail_if_any(descs, false);
+  // 3. the descriptions (or a failure, marked '!') go to rank 0 only (all-to-all with counts: a gather), which
+  //    commits unless a rank failed.
+  std::vector<std::string> descs;
+  {
+    const std::string mine = err.empty() ? desc.dump() : "!" + err;
+    std::int64_t len = static_cast<std::int64_t>(mine.size());
+    std::vector<std::int64_t> lens(static_cast<std::size_t>(world.size()));
+    world.all_gather(&len, lens.data(), 1);
+    const std::int64_t my_words = (len + 7) / 8;
+    std::vector<std::int64_t> words(static_cast<std::size_t>(my_words), 0);
+    std::memcpy(words.data(), mine.data(), mine.size());
+    std::vector<std::int64_t> send_counts(static_cast<std::size_t>(world.size()), 0), recv_counts(send_counts);
+    send_counts[0] = my_words;
+    std::int64_t total_words = 0;
+    if (rank == 0)
+      for (int r = 0; r < world.size(); ++r) total_words += recv_counts[static_cast<std::size_t>(r)] = (lens[r] + 7) / 8;
+    std::vector<std::int64_t> all(static_cast<std::size_t>(std::max<std::int64_t>(total_words, 1)));
+    world.all_to_all(words.data(), send_counts.data(), all.data(), recv_counts.data(), DType::i64);
+    if (rank == 0) {
+      std::int64_t at = 0;
+      for (int r = 0; r < world.size(); ++r) {
+        descs.emplace_back(reinterpret_cast<const char*>(all.data() + at), static_cast<std::size_t>(lens[r]));
+        at += recv_counts[static_cast<std::size_t>(r)];
+      }
+    }
+  }
   hook.at(step, rank, "gathered");
 
   if (rank == 0) {
-    try {
+    for (int r = 0; r < world.size() && err.empty(); ++r)
+      if (!descs[static_cast<std::size_t>(r)].empty() && descs[static_cast<std::size_t>(r)][0] == '!') err = descs[static_cast<std::size_t>(r)].substr(1);
+    if (err.empty()) try {
       const JobConfig& cfg = tr.config();
       json m = must_match(cfg, data_tokens);
       m["format"] = "meshrun-checkpoint";
@@ -718,8 +743,18 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
       err = e.what();
     }
   }
-  // 4. final barrier: every rank learns the commit's outcome.
-  fail_if_any(agree(rank == 0 ? err : std::string()), true);
+  // 4. final barrier: every rank learns the commit's outcome (rank 0 relays a peer's failure).
+  {
+    std::string relay = err;
+    if (rank == 0 && !err.empty()) {
+      int culprit = 0;
+      for (int r = 0; r < world.size(); ++r)
+        if (!descs[static_cast<std::size_t>(r)].empty() && descs[static_cast<std::size_t>(r)][0] == '!') { culprit = r; break; }
+      relay = "rank " + std::to_string(culprit) + ": " + err;
+    }
+    const std::vector<std::string> outcome = agree(rank == 0 ? relay : std::string());
+    if (!outcome[0].empty()) throw CheckpointError("checkpoint of step " + std::to_string(step) + " not saved: " + outcome[0]);
+  }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
