@@ -264,6 +264,40 @@ int main(int argc, char** argv) {
       }
       barrier();
     }
+    // A rank whose write fails: nothing is committed, every rank gets the failing rank's message, and the
+    // previous checkpoint stays the latest.
+    {
+      Layout layout;
+      layout.tp = 2;
+      layout.dp = 2;
+      layout.zero_stage = 1;
+      std::string why;
+      layout.order = *parse_order("tp-cp-ep-dp-pp", &why);
+      const RankGrid grid(layout);
+      const TokenFile file(k.data.path, k.data.token_dtype, k.model.vocab, k.training.seq_len, k.training.global_batch_size);
+      Groups groups = make_mpi_groups(MPI_COMM_WORLD, grid);
+      Trainer<float> t(k, grid, g_rank, groups);
+      t.init_params();
+      for (const char* point : {"shard", "manifest-fsync"}) {
+        const std::string spec = std::string("9:") + (std::string(point) == "shard" ? "2" : "0") + ":" + point;
+        ::setenv("MESHRUN_CKPT_FAIL", spec.c_str(), 1);
+        std::string err;
+        try {
+          save_checkpoint(t, dir, 9, 2, file.tokens());
+        } catch (const CheckpointError& e) {
+          err = e.what();
+        }
+        ::unsetenv("MESHRUN_CKPT_FAIL");
+        int all_failed = err.find("checkpoint of step 9 not saved: rank " + std::string(point == std::string("shard") ? "2" : "0") +
+                                  ": MESHRUN_CKPT_FAIL") != std::string::npos;
+        MPI_Allreduce(MPI_IN_PLACE, &all_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        check(all_failed == 1, std::string("a failed write at ") + point + " reaches every rank: " + err);
+        if (g_rank == 0)
+          check(latest_checkpoint(dir) == dir + "/step-4" && !fs::exists(dir + "/step-9"),
+                std::string("after the failure at ") + point + " nothing is committed; latest is still step-4");
+        barrier();
+      }
+    }
     const std::string ck = dir + "/step-4";
     // Tamper one byte of a payload, then truncate a shard: both are named.
     std::string err;

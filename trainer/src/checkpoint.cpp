@@ -30,6 +30,18 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// A file descriptor closed on every path (writes that throw included).
+struct Fd {
+  int fd;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  operator int() const { return fd; }
+};
+
 void write_all(int fd, const void* data, std::size_t n, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -52,14 +64,12 @@ void fsync_path(const std::string& path, bool directory) {
 // Writes `bytes` to `path` (temporary name, fsync, rename, fsync of the directory).
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw CheckpointError("cannot write " + tmp + ": " + errno_text() + "; check that checkpoint.dir is writable");
-  write_all(fd, bytes.data(), bytes.size(), tmp);
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    throw CheckpointError("fsync of " + tmp + " failed: " + errno_text());
+  {
+    const Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    if (fd < 0) throw CheckpointError("cannot write " + tmp + ": " + errno_text() + "; check that checkpoint.dir is writable");
+    write_all(fd, bytes.data(), bytes.size(), tmp);
+    if (::fsync(fd) != 0) throw CheckpointError("fsync of " + tmp + " failed: " + errno_text());
   }
-  ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) throw CheckpointError("renaming " + tmp + " failed: " + errno_text());
   fsync_path(fs::path(path).parent_path().string(), true);
 }
@@ -110,12 +120,14 @@ const std::vector<std::string> kCrashPoints = {"shard",          "shard-fsync", 
 
 struct CrashHook {
   int step = -1, rank = -1, k = 1;
+  bool fail = false;  // MESHRUN_CKPT_FAIL: throw (an I/O error) instead of SIGKILL
   std::string point;
   std::map<std::string, int> hits;
   bool active(int s, int r) const { return step == s && rank == r; }
   void at(int s, int r, const std::string& name) {
     if (!active(s, r) || name != point) return;
     if (++hits[name] != k) return;
+    if (fail) throw CheckpointError("MESHRUN_CKPT_FAIL: injected write failure at " + name);
     std::fprintf(stderr, "meshrun-train: MESHRUN_CKPT_KILL: rank %d raises SIGKILL in the save of step %d at %s #%d\n", r,
                  s, name.c_str(), k);
     std::fflush(stderr);
@@ -126,6 +138,10 @@ struct CrashHook {
 CrashHook crash_hook() {
   CrashHook h;
   const char* v = std::getenv("MESHRUN_CKPT_KILL");
+  if (!v || !*v) {
+    v = std::getenv("MESHRUN_CKPT_FAIL");
+    h.fail = true;
+  }
   if (!v || !*v) return h;
   std::stringstream ss(v);
   std::string part;
@@ -611,22 +627,20 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
     }
     std::string h = header.dump();
     while (h.size() % 8 != 0) h += ' ';
-    const int fd = ::open(shard_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) throw CheckpointError("cannot create " + shard_path.string() + ": " + errno_text());
-    std::uint64_t n = h.size();
-    unsigned char len[8];
-    for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((n >> (8 * b)) & 0xff);
-    write_all(fd, len, 8, shard_path.string());
-    write_all(fd, h.data(), h.size(), shard_path.string());
-    for (const auto& [ptr, bytes] : data) {
-      write_all(fd, ptr, bytes, shard_path.string());
-      hook.at(step, rank, "shard");
+    {
+      const Fd fd(::open(shard_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+      if (fd < 0) throw CheckpointError("cannot create " + shard_path.string() + ": " + errno_text());
+      std::uint64_t n = h.size();
+      unsigned char len[8];
+      for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((n >> (8 * b)) & 0xff);
+      write_all(fd, len, 8, shard_path.string());
+      write_all(fd, h.data(), h.size(), shard_path.string());
+      for (const auto& [ptr, bytes] : data) {
+        write_all(fd, ptr, bytes, shard_path.string());
+        hook.at(step, rank, "shard");
+      }
+      if (::fsync(fd) != 0) throw CheckpointError("fsync of " + shard_path.string() + " failed: " + errno_text());
     }
-    if (::fsync(fd) != 0) {
-      ::close(fd);
-      throw CheckpointError("fsync of " + shard_path.string() + " failed: " + errno_text());
-    }
-    ::close(fd);
     hook.at(step, rank, "shard-fsync");
     res.bytes_rank = static_cast<std::int64_t>(8 + h.size() + off);
     desc = {{"file", file}, {"rank", rank}, {"bytes", res.bytes_rank}, {"pieces", std::move(list)}};
@@ -689,16 +703,14 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
       const std::string text = m.dump(1) + "\n";
       res.bytes_total = total + static_cast<std::int64_t>(text.size());
       const std::string mpath = (tmp / "manifest.json").string();
-      const int fd = ::open(mpath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0) throw CheckpointError("cannot create " + mpath + ": " + errno_text());
-      write_all(fd, text.data(), text.size() / 2, mpath);
-      hook.at(step, rank, "manifest");
-      write_all(fd, text.data() + text.size() / 2, text.size() - text.size() / 2, mpath);
-      if (::fsync(fd) != 0) {
-        ::close(fd);
-        throw CheckpointError("fsync of " + mpath + " failed: " + errno_text());
+      {
+        const Fd fd(::open(mpath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+        if (fd < 0) throw CheckpointError("cannot create " + mpath + ": " + errno_text());
+        write_all(fd, text.data(), text.size() / 2, mpath);
+        hook.at(step, rank, "manifest");
+        write_all(fd, text.data() + text.size() / 2, text.size() - text.size() / 2, mpath);
+        if (::fsync(fd) != 0) throw CheckpointError("fsync of " + mpath + " failed: " + errno_text());
       }
-      ::close(fd);
       fsync_path(tmp.string(), true);
       hook.at(step, rank, "manifest-fsync");
       // A step-N left by an earlier run (checkpoint.resume = false) is replaced: moved aside, then removed.
@@ -711,12 +723,10 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
       const std::string ltmp = (root / "latest.tmp").string();
       {
         const std::string line = step_name(step) + "\n";
-        const int lfd = ::open(ltmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const Fd lfd(::open(ltmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
         if (lfd < 0) throw CheckpointError("cannot create " + ltmp + ": " + errno_text());
         write_all(lfd, line.data(), line.size(), ltmp);
-        const int rc = ::fsync(lfd);
-        ::close(lfd);
-        if (rc != 0) throw CheckpointError("fsync of " + ltmp + " failed: " + errno_text());
+        if (::fsync(lfd) != 0) throw CheckpointError("fsync of " + ltmp + " failed: " + errno_text());
       }
       hook.at(step, rank, "latest-tmp");
       if (::rename(ltmp.c_str(), (root / "latest").c_str()) != 0) throw CheckpointError("renaming " + ltmp + " failed: " + errno_text());
