@@ -202,8 +202,9 @@ int agreed_stop_bits() {
 // host and what it waited for; the launcher then ends the others (srun --kill-on-bad-exit, mpirun on a
 // non-zero exit). MESHRUN_INIT_TIMEOUT_S (default 60) bounds MPI_Init; MESHRUN_STEP_TIMEOUT_S (default 60)
 // is the least time without progress that counts as a hang: the limit is the larger of it, 10 × the slowest
-// step and 3 × the slowest checkpoint save so far. 0 turns a watchdog off.
-std::atomic<int> g_wd_phase{0};           // 0: in MPI_Init, 1: running, 2: done
+// step and 3 × the slowest checkpoint save so far. 0 turns a watchdog off. Set-up (token file, checkpoint
+// load) and checkpoint saves are file I/O of unknown length and are not bounded.
+std::atomic<int> g_wd_phase{0};           // 0: in MPI_Init, 1: training steps, 2: done, 3: file I/O (unbounded)
 std::atomic<double> g_wd_last{0};          // steady seconds of the last progress
 std::atomic<double> g_wd_limit{60};        // seconds without progress that count as a hang
 std::atomic<int> g_wd_rank{-1};
@@ -380,6 +381,10 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   double last_save_s = -1, last_step_s = 0;
   // A collective save of `step`; the log line is printed only after the commit (latest renamed).
   auto checkpoint = [&](int step, std::string* why) -> bool {
+    struct Unbounded {  // the watchdog does not bound file I/O
+      Unbounded() { g_wd_phase = 3; }
+      ~Unbounded() { progress(); g_wd_phase = 1; }
+    } unbounded;
     try {
       const SaveResult r = save_checkpoint(trainer, ck.dir, step, ck.keep, file->tokens());
       last_saved = step;
@@ -404,6 +409,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   };
   // Budget for a best-effort save on SIGTERM: Slurm sends SIGKILL KillWait (default 30 s) after it.
   constexpr double kTermBudgetS = 20.0;
+  progress();
+  g_wd_phase = 1;  // from here on, steps are bounded
   for (int s = start; s < cfg.training.steps; ++s) {
     const StepStats st = trainer.step(s, schedule);
     last_step_s = st.ms / 1000.0;
@@ -485,6 +492,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     if (last_saved != cfg.training.steps && !checkpoint(cfg.training.steps, &why)) throw InputError(why);
     if (rank == 0) write_status_file(ck.dir, "finished " + std::to_string(cfg.training.steps));
   }
+  g_wd_phase = 3;  // the gathered final weights: file I/O
   if (!cfg.checkpoint.save.empty()) {
     trainer.save(cfg.checkpoint.save);
     if (rank == 0) std::printf("meshrun-train: saved %s\n", cfg.checkpoint.save.c_str());
@@ -556,7 +564,7 @@ int train_main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   g_wd_rank = rank;
   progress();
-  g_wd_phase = 1;
+  g_wd_phase = 3;  // set-up: configuration, token file, checkpoint load
   int code = 0;
   try {
     code = run(argc, argv, rank, world);
