@@ -1,6 +1,7 @@
 #include "batch_script.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 namespace meshrun::launch {
@@ -165,10 +166,13 @@ std::string render_batch_script(const Resolved& r, const BatchOptions& opt) {
   }
   s << "\n";
   s << "# " << sig << " arrives " << ck.signal_lead_s << " s before the time limit at this shell only (B:). The trap\n"
-    << "# relays it through srun to every rank; the trainer checkpoints and exits, and this shell, which knows\n"
-    << "# why the step ended, "
-    << (requeue ? "requeues the job (the tasks need no scontrol)" : "exits (no requeue: checkpoint.resume is off)")
-    << ".\n";
+    << "# relays it through srun to every rank; meshrun-train saves a checkpoint, writes checkpoint.dir/status\n"
+    << "# (\"saved STEP SIGNAL\", \"not-saved STEP ...\" or \"finished STEP\") and exits 75. This shell decides from\n"
+    << "# that file, not from srun's exit status: "
+    << (requeue ? "it requeues the job only when the file says the save was committed." : "no requeue (checkpoint.resume is off).")
+    << "\n";
+  s << "status=" << shell_quote((std::filesystem::path(ck.dir) / "status").string()) << "\n";
+  s << "rm -f \"$status\"\n";
   s << "requested=0\n";
   s << "trap 'requested=1; kill -" << sig << " \"$step\" 2>/dev/null' " << sig << "\n";
   s << srun_line << " &\n";
@@ -177,16 +181,26 @@ std::string render_batch_script(const Resolved& r, const BatchOptions& opt) {
   s << "  wait \"$step\"; rc=$?\n";
   s << "  kill -0 \"$step\" 2>/dev/null || break  # wait returns early when the trap runs\n";
   s << "done\n";
+  s << "state=; at=; how=; why=\n";
+  s << "[ -r \"$status\" ] && read -r state at how why <\"$status\"\n";
+  s << "case \"$state\" in\n";
+  s << "  saved)\n";
   if (requeue) {
-    s << "if [ \"$requested\" = 1 ]; then\n";
-    s << "  if [ \"${SLURM_RESTART_COUNT:-0}\" -lt " << kMaxRequeues << " ]; then\n";
-    s << "    echo \"meshrun: checkpointed before the time limit; requeueing job ${SLURM_JOB_ID}\"\n";
-    s << "    scontrol requeue \"$SLURM_JOB_ID\"\n";
-    s << "  else\n";
-    s << "    echo \"meshrun: already requeued ${SLURM_RESTART_COUNT} times; resubmit to continue\"\n";
-    s << "  fi\n";
-    s << "fi\n";
+    s << "    if [ \"${SLURM_RESTART_COUNT:-0}\" -lt " << kMaxRequeues << " ]; then\n";
+    s << "      echo \"meshrun: the trainer committed checkpoint step-${at} after SIG${how} ($status); requeueing job ${SLURM_JOB_ID}\"\n";
+    s << "      scontrol requeue \"$SLURM_JOB_ID\" || echo \"meshrun: scontrol requeue failed (exit $?); resubmit to continue from step-${at}\"\n";
+    s << "    else\n";
+    s << "      echo \"meshrun: the trainer committed checkpoint step-${at}, but the job was already requeued ${SLURM_RESTART_COUNT} times; resubmit to continue\"\n";
+    s << "    fi\n";
+  } else {
+    s << "    echo \"meshrun: the trainer committed checkpoint step-${at} after SIG${how} ($status); not requeueing (checkpoint.resume = false)\"\n";
   }
+  s << "    ;;\n";
+  s << "  finished) echo \"meshrun: training finished at step ${at}\" ;;\n";
+  s << "  not-saved) echo \"meshrun: the trainer stopped after step ${at} on SIG${how} without saving a checkpoint: ${why}; not requeueing\" ;;\n";
+  s << "  *) [ \"$requested\" = 1 ] && echo \"meshrun: " << sig
+    << " was relayed to the job step, but no status file says a checkpoint was saved ($status; srun exit $rc); not requeueing\" ;;\n";
+  s << "esac\n";
   s << "exit \"$rc\"\n";
   return s.str();
 }

@@ -119,16 +119,18 @@ case $NAME in
     say "meshrun run in salloc -N2: 4 tasks, rank = SLURM_PROCID, tp/dp as planned (exec and plugin)"
     ;;
   checkpoint_signal)
-    # The generated script relays the checkpoint signal to every rank and requeues once.
+    # The generated script relays the checkpoint signal to every rank and requeues once, because rank 0
+    # writes the status file as meshrun-train does after a committed save ("saved STEP SIGNAL").
     cat >trap.sh <<'SH'
 #!/bin/sh
-trap 'echo "GOT USR1 rank=$RANK restart=${SLURM_RESTART_COUNT:-0}"; exit 0' USR1
+trap 'echo "GOT USR1 rank=$RANK restart=${SLURM_RESTART_COUNT:-0}"; [ "$RANK" = 0 ] && echo "saved 1 USR1" >"$CK_STATUS"; exit 0' USR1
 echo "START rank=$RANK restart=${SLURM_RESTART_COUNT:-0}"
 [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && exit 0
 i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 SH
     chmod +x trap.sh
-    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --set checkpoint.dir="$WORK/ck" \
+    mkdir -p "$WORK/ck"
+    out=$(CK_STATUS="$WORK/ck/status" T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --set checkpoint.dir="$WORK/ck" \
       --output "$WORK/job-%j.out" -- "$WORK/trap.sh") || fail "meshrun sbatch failed: $out"
     id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
     for _ in $(seq 300); do grep -q '^START' "job-$id.out" 2>/dev/null && [ "$(grep -c '^START' "job-$id.out")" = 4 ] && break; sleep 0.1; done
@@ -143,7 +145,7 @@ SH
     info=$(T scontrol show job "$id")
     T scancel "$id"
     [ "$(grep -c '^GOT USR1 rank=[0-3] restart=0' "job-$id.out")" = 4 ] || fail "not every rank got USR1: $(cat "job-$id.out")"
-    grep -q "requeueing job $id" "job-$id.out" || fail "no requeue: $(cat "job-$id.out")"
+    grep -q "the trainer committed checkpoint step-1 after SIGUSR1 .*; requeueing job $id" "job-$id.out" || fail "no requeue: $(cat "job-$id.out")"
     echo "$info" | grep -q 'JobState=PENDING Reason=BeginTime' || fail "job not pending after the requeue: $info"
     echo "$info" | grep -q 'Restarts=1 ' || fail "Slurm counts no restart: $info"
     say "USR1 to the batch shell reached all 4 ranks; the script requeued the job (Restarts=1, pending)"
@@ -172,6 +174,59 @@ SH
       awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss ($variant) did not fall: $first -> $last"
       say "job $id: meshrun-train ($variant variant) ran 3 steps on 2 nodes x 2 ranks, loss $first -> $last"
     done
+    ;;
+  trainer_preempt)
+    # Issue 16: meshrun sbatch tiny with checkpoint.dir; USR1 to the batch shell mid-run -> meshrun-train saves,
+    # writes the status file, the script requeues; the requeued job resumes and finishes. The two segments'
+    # metrics equal an uninterrupted run's (mpirun on this host, same layout) bit for bit.
+    [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
+    "$(dirname "$TRAINER_BIN")/meshrun-tokenize" "$WORK/corpus.bin" /usr/share/common-licenses >/dev/null || fail "tokenizer"
+    sets=(--set data.path="$WORK/corpus.bin" --set training.steps=12)
+    T mpirun --oversubscribe --allow-run-as-root -np 4 "$TRAINER_BIN" "$TINY" --no-site "${sets[@]}" --metrics "$WORK/ref.jsonl" \
+      >ref.out 2>&1 || fail "reference run failed: $(tail -5 ref.out)"
+    sets+=(--set checkpoint.dir="$WORK/ck")
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 "${sets[@]}" \
+      --output "$WORK/job-%j.out" -- "$TRAINER_BIN" "$TINY" --no-site "${sets[@]}" --metrics "$WORK/m.jsonl") ||
+      fail "meshrun sbatch failed: $out"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    [ -n "$id" ] || fail "no job id in: $out"
+    for _ in $(seq 600); do [ -f m.jsonl ] && [ "$(wc -l <m.jsonl)" -ge 3 ] && break; sleep 0.1; done
+    T scancel --batch --signal=USR1 "$id" || fail "scancel --batch failed"
+    # The requeued job starts once its old credential expires (~2 min), then resumes and finishes.
+    for _ in $(seq 2400); do grep -q "training finished at step 12" "job-$id.out" 2>/dev/null && break; sleep 0.1; done
+    wait_job "$id"
+    log=$(cat "job-$id.out")
+    saved=$(sed -n 's/.*the trainer committed checkpoint step-\([0-9]*\) after SIGUSR1.*requeueing job.*/\1/p' "job-$id.out")
+    [ -n "$saved" ] || fail "no committed save + requeue line: $log"
+    grep -q "resuming from $WORK/ck/step-$saved: step $saved" "job-$id.out" || fail "the requeued job did not resume at $saved: $log"
+    grep -q "meshrun: training finished at step 12" "job-$id.out" || fail "the requeued job did not finish: $log"
+    T scontrol show job "$id" | grep -q 'Restarts=1 ' || fail "Slurm counts no restart"
+    num() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+    diff <(num ref.jsonl) <(num m.jsonl) >/dev/null || fail "segments differ from the uninterrupted run: $(diff <(num ref.jsonl) <(num m.jsonl) | head -4)"
+    say "job $id: USR1 -> saved step-$saved -> requeued -> resumed -> finished; 12 steps equal the uninterrupted run bit for bit"
+    ;;
+  trainer_kill9)
+    # Issue 16: kill -9 of one rank of a running meshrun sbatch job ends the job within 60 s, and a line names it.
+    [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
+    "$(dirname "$TRAINER_BIN")/meshrun-tokenize" "$WORK/corpus.bin" /usr/share/common-licenses >/dev/null || fail "tokenizer"
+    out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 --set data.path="$WORK/corpus.bin" \
+      --set training.steps=2000 --output "$WORK/job-%j.out") || fail "meshrun sbatch failed: $out"
+    id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+    [ -n "$id" ] || fail "no job id in: $out"
+    for _ in $(seq 600); do grep -q '^step *3/' "job-$id.out" 2>/dev/null && break; sleep 0.1; done
+    victim=
+    for p in $(pgrep -x meshrun-train); do
+      env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+      echo "$env" | grep -qx "SLURM_JOB_ID=$id" && echo "$env" | grep -qx "SLURM_PROCID=2" && victim=$p
+    done
+    [ -n "$victim" ] || { T scancel "$id"; fail "rank 2 of job $id not found"; }
+    kill -KILL "$victim"
+    t0=$(date +%s)
+    wait_job "$id"
+    t=$(($(date +%s) - t0))
+    [ "$t" -lt 60 ] || fail "job $id ended ${t} s after the kill"
+    grep -q "task 2: Killed" "job-$id.out" || fail "no line names task 2: $(tail -8 "job-$id.out")"
+    say "job $id: kill -9 of rank 2 ended the job after ${t} s; $(grep -m1 'task 2: Killed' "job-$id.out")"
     ;;
   *) echo "unknown case '$NAME'"; exit 2 ;;
 esac

@@ -4,6 +4,8 @@
 // and review the diff.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -127,6 +129,77 @@ TEST_CASE("checkpoint signal and requeue follow the [checkpoint] section") {
   CHECK_THROWS_WITH(render_batch_script(resolve_template("tiny", {"checkpoint.dir=ck", "checkpoint.signal=KILL"}),
                                         fixed_options("tiny", false)),
                     Catch::Contains("checkpoint.signal = \"KILL\"") && Catch::Contains("USR1"));
+}
+
+// Runs the rendered body of a checkpointing tiny script under bash with a fake srun (it writes the trainer's
+// status file as `mode` says and exits like the trainer would) and a fake scontrol that logs its arguments.
+struct BodyRun {
+  std::string out, scontrol;
+};
+BodyRun run_body(const std::string& mode, const std::vector<std::string>& sets = {}) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("meshrun-body-" + std::to_string(::getpid()) + "-" + mode);
+  fs::remove_all(dir);
+  fs::create_directories(dir / "bin");
+  std::vector<std::string> all{"checkpoint.dir=" + (dir / "ck").string()};
+  all.insert(all.end(), sets.begin(), sets.end());
+  const std::string script = render_batch_script(resolve_template("tiny", all), fixed_options("tiny", false));
+  std::ofstream(dir / "job.sh") << script;
+  std::ofstream(dir / "bin/srun") << "#!/bin/bash\nmkdir -p " << (dir / "ck").string() << "\nS=" << (dir / "ck/status").string()
+                                  << "\ncase $MODE in\n"
+                                     "  saved) echo 'saved 7 USR1' >$S; exit 75 ;;\n"
+                                     "  not-saved) echo 'not-saved 7 USR1 writing rank-00001.safetensors failed' >$S; exit 1 ;;\n"
+                                     "  finished) echo 'finished 20' >$S; exit 0 ;;\n"
+                                     "  stale) exit 137 ;;\n"
+                                     "  signal) kill -USR1 $PPID; sleep 0.3; exit 138 ;;\n"
+                                     "esac\n";
+  std::ofstream(dir / "bin/scontrol") << "#!/bin/sh\necho \"scontrol $*\" >>" << (dir / "scontrol.log").string() << "\n";
+  if (mode == "stale") {  // a status file left by an earlier job must not count
+    fs::create_directories(dir / "ck");
+    std::ofstream(dir / "ck/status") << "saved 3 USR1\n";
+  }
+  fs::permissions(dir / "bin/srun", fs::perms::owner_all);
+  fs::permissions(dir / "bin/scontrol", fs::perms::owner_all);
+  const std::string cmd = "cd " + dir.string() + " && PATH=" + (dir / "bin").string() + ":$PATH SLURM_JOB_ID=42 MODE=" + mode +
+                          " bash job.sh >out.txt 2>&1";
+  (void)std::system(cmd.c_str());
+  BodyRun r{read((dir / "out.txt").string()), read((dir / "scontrol.log").string())};
+  fs::remove_all(dir);
+  return r;
+}
+
+TEST_CASE("the batch script requeues only when the trainer's status file says the save was committed") {
+  const std::string on = render_batch_script(resolve_template("tiny", {"checkpoint.dir=ck"}), fixed_options("tiny", false));
+  CHECK(on.find("checkpointed before the time limit") == std::string::npos);  // the old unconditional claim
+  CHECK(on.find("status=ck/status\n") != std::string::npos);
+
+  BodyRun saved = run_body("saved");
+  CHECK(saved.out.find("meshrun: the trainer committed checkpoint step-7 after SIGUSR1") != std::string::npos);
+  CHECK(saved.out.find("requeueing job 42") != std::string::npos);
+  CHECK(saved.scontrol == "scontrol requeue 42\n");
+
+  BodyRun not_saved = run_body("not-saved");
+  CHECK(not_saved.out.find("stopped after step 7 on SIGUSR1 without saving a checkpoint: writing rank-00001.safetensors "
+                           "failed; not requeueing") != std::string::npos);
+  CHECK(not_saved.scontrol.empty());
+
+  BodyRun finished = run_body("finished");
+  CHECK(finished.out.find("meshrun: training finished at step 20") != std::string::npos);
+  CHECK(finished.scontrol.empty());
+
+  BodyRun stale = run_body("stale");  // removed before srun starts: no claim, no requeue
+  CHECK(stale.out.find("committed") == std::string::npos);
+  CHECK(stale.scontrol.empty());
+
+  BodyRun relayed = run_body("signal");
+  CHECK(relayed.out.find("meshrun: USR1 was relayed to the job step, but no status file says a checkpoint was saved") !=
+        std::string::npos);
+  CHECK(relayed.out.find("srun exit 138") != std::string::npos);
+  CHECK(relayed.scontrol.empty());
+
+  BodyRun no_resume = run_body("saved", {"checkpoint.resume=false"});
+  CHECK(no_resume.out.find("not requeueing (checkpoint.resume = false)") != std::string::npos);
+  CHECK(no_resume.scontrol.empty());
 }
 
 TEST_CASE("values that would break an #SBATCH line are refused with their source") {

@@ -2,9 +2,11 @@
 //
 //  * Exact resume: 20 uninterrupted steps vs 10 steps + save + a fresh trainer that loads the checkpoint + 10
 //    steps give bit-identical losses, gradient norms and final parameters, for tp2×dp2 ZeRO-1, pp2 (1F1B) and
-//    dp4 ZeRO-3 (and tp2×dp2 ZeRO-3). Negative: resuming without the Adam moments is detected.
+//    dp4 ZeRO-3 (and tp2×dp2 ZeRO-3, pp2×dp2 interleaved V=2, tp2×dp2 ZeRO-2 with sequence parallelism).
+//    Negative: resuming without the Adam moments is detected.
 //  * The checkpoint's tensors, read back in global shape from the shards, equal gather_params() bit for bit.
-//  * Resharding: saved at step 10 under tp2×dp2 ZeRO-1, resumed under tp1×pp2×dp2 ZeRO-3 and under dp4: the losses
+//  * Resharding: saved at step 10 under tp2×dp2 ZeRO-1, resumed under tp1×pp2×dp2 ZeRO-3, dp4 (ZeRO-1, ZeRO-0),
+//    pp2×dp2 interleaved and tp2×dp2 SP ZeRO-2: the losses
 //    of steps 11-20 match the uninterrupted tp2×dp2 run within relative 1e-6 (fp32, peak lr 3e-4).
 //  * checkpoint.keep, `latest`, a stale step-N.tmp that is never read.
 //  * Bad input, one line naming the file and the tensor or setting: a tampered shard, a truncated shard, a
@@ -31,8 +33,13 @@ namespace {
 
 struct Case {
   int tp = 1, pp = 1, dp = 1, zero = 0;
+  int virtual_stages = 1;  // > 1: the interleaved schedule
+  bool sp = false;
   std::string str() const {
-    return "tp" + std::to_string(tp) + "×pp" + std::to_string(pp) + "×dp" + std::to_string(dp) + " ZeRO-" + std::to_string(zero);
+    std::string s = "tp" + std::to_string(tp) + "×pp" + std::to_string(pp) + "×dp" + std::to_string(dp) + " ZeRO-" + std::to_string(zero);
+    if (virtual_stages > 1) s += " interleaved V=" + std::to_string(virtual_stages);
+    if (sp) s += " SP";
+    return s;
   }
 };
 
@@ -75,15 +82,19 @@ Run segment(const JobConfig& cfg, const Case& c, int from, int to, const std::st
   layout.pp = c.pp;
   layout.dp = c.dp;
   layout.zero_stage = c.zero;
+  layout.virtual_stages = c.virtual_stages;
+  layout.sequence_parallel = c.sp;
   std::string why;
   layout.order = *parse_order("tp-cp-ep-dp-pp", &why);
   const RankGrid grid(layout);
+  JobConfig cfg_run = cfg;
+  if (c.virtual_stages > 1) cfg_run.parallel.pipeline_schedule = "interleaved";
   const TokenFile file(cfg.data.path, cfg.data.token_dtype, cfg.model.vocab, cfg.training.seq_len,
                        cfg.training.global_batch_size);
   const BatchSchedule sched(file, cfg.training.seq_len, cfg.training.global_batch_size, cfg.data.shuffle,
                             cfg.training.seed);
   Groups groups = make_mpi_groups(MPI_COMM_WORLD, grid);
-  Trainer<float> t(cfg, grid, g_rank, groups);
+  Trainer<float> t(cfg_run, grid, g_rank, groups);
   Run r;
   if (load_dir.empty()) {
     t.init_params();
@@ -173,7 +184,8 @@ int main(int argc, char** argv) {
 
   // 1. Exact resume, same layout.
   int n = 0;
-  for (const Case& c : {Case{2, 1, 2, 1}, Case{2, 2, 1, 0}, Case{1, 2, 2, 1}, Case{1, 1, 4, 3}, Case{2, 1, 2, 3}}) {
+  for (const Case& c : {Case{2, 1, 2, 1}, Case{2, 2, 1, 0}, Case{1, 2, 2, 1}, Case{1, 1, 4, 3}, Case{2, 1, 2, 3},
+                       Case{1, 2, 2, 1, 2}, Case{2, 1, 2, 2, 1, true}}) {
     const std::string dir = root + "/exact-" + std::to_string(n++);
     const Run whole = segment(cfg, c, 0, 20, "", "");
     const Run first = segment(cfg, c, 0, 10, "", dir);
@@ -206,7 +218,7 @@ int main(int argc, char** argv) {
     (void)segment(cfg, src, 0, 10, "", dir);
     barrier();
     const std::string latest = latest_checkpoint(dir);
-    for (const Case& c : {Case{1, 2, 2, 3}, Case{1, 1, 4, 1}, Case{1, 1, 4, 0}}) {
+    for (const Case& c : {Case{1, 2, 2, 3}, Case{1, 1, 4, 1}, Case{1, 1, 4, 0}, Case{1, 2, 2, 0, 2}, Case{2, 1, 2, 2, 1, true}}) {
       const Run second = segment(cfg, c, 10, 20, latest, "");
       const double rel = loss_rel(second, whole, 10);
       char b[64];
@@ -263,6 +275,40 @@ int main(int argc, char** argv) {
         check(latest_checkpoint(dir) == dir + "/step-4", "a half-written step-5.tmp is never read: latest is step-4");
       }
       barrier();
+    }
+    // A rank whose write fails: nothing is committed, every rank gets the failing rank's message, and the
+    // previous checkpoint stays the latest.
+    {
+      Layout layout;
+      layout.tp = 2;
+      layout.dp = 2;
+      layout.zero_stage = 1;
+      std::string why;
+      layout.order = *parse_order("tp-cp-ep-dp-pp", &why);
+      const RankGrid grid(layout);
+      const TokenFile file(k.data.path, k.data.token_dtype, k.model.vocab, k.training.seq_len, k.training.global_batch_size);
+      Groups groups = make_mpi_groups(MPI_COMM_WORLD, grid);
+      Trainer<float> t(k, grid, g_rank, groups);
+      t.init_params();
+      for (const char* point : {"shard", "manifest-fsync"}) {
+        const std::string spec = std::string("9:") + (std::string(point) == "shard" ? "2" : "0") + ":" + point;
+        ::setenv("MESHRUN_CKPT_FAIL", spec.c_str(), 1);
+        std::string err;
+        try {
+          save_checkpoint(t, dir, 9, 2, file.tokens());
+        } catch (const CheckpointError& e) {
+          err = e.what();
+        }
+        ::unsetenv("MESHRUN_CKPT_FAIL");
+        int all_failed = err.find("checkpoint of step 9 not saved: rank " + std::string(point == std::string("shard") ? "2" : "0") +
+                                  ": MESHRUN_CKPT_FAIL") != std::string::npos;
+        MPI_Allreduce(MPI_IN_PLACE, &all_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        check(all_failed == 1, std::string("a failed write at ") + point + " reaches every rank: " + err);
+        if (g_rank == 0)
+          check(latest_checkpoint(dir) == dir + "/step-4" && !fs::exists(dir + "/step-9"),
+                std::string("after the failure at ") + point + " nothing is committed; latest is still step-4");
+        barrier();
+      }
     }
     const std::string ck = dir + "/step-4";
     // Tamper one byte of a payload, then truncate a shard: both are named.

@@ -30,6 +30,18 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// A file descriptor closed on every path (writes that throw included).
+struct Fd {
+  int fd;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  operator int() const { return fd; }
+};
+
 void write_all(int fd, const void* data, std::size_t n, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -52,14 +64,12 @@ void fsync_path(const std::string& path, bool directory) {
 // Writes `bytes` to `path` (temporary name, fsync, rename, fsync of the directory).
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw CheckpointError("cannot write " + tmp + ": " + errno_text() + "; check that checkpoint.dir is writable");
-  write_all(fd, bytes.data(), bytes.size(), tmp);
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    throw CheckpointError("fsync of " + tmp + " failed: " + errno_text());
+  {
+    const Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    if (fd < 0) throw CheckpointError("cannot write " + tmp + ": " + errno_text() + "; check that checkpoint.dir is writable");
+    write_all(fd, bytes.data(), bytes.size(), tmp);
+    if (::fsync(fd) != 0) throw CheckpointError("fsync of " + tmp + " failed: " + errno_text());
   }
-  ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) throw CheckpointError("renaming " + tmp + " failed: " + errno_text());
   fsync_path(fs::path(path).parent_path().string(), true);
 }
@@ -110,12 +120,14 @@ const std::vector<std::string> kCrashPoints = {"shard",          "shard-fsync", 
 
 struct CrashHook {
   int step = -1, rank = -1, k = 1;
+  bool fail = false;  // MESHRUN_CKPT_FAIL: throw (an I/O error) instead of SIGKILL
   std::string point;
   std::map<std::string, int> hits;
   bool active(int s, int r) const { return step == s && rank == r; }
   void at(int s, int r, const std::string& name) {
     if (!active(s, r) || name != point) return;
     if (++hits[name] != k) return;
+    if (fail) throw CheckpointError("MESHRUN_CKPT_FAIL: injected write failure at " + name);
     std::fprintf(stderr, "meshrun-train: MESHRUN_CKPT_KILL: rank %d raises SIGKILL in the save of step %d at %s #%d\n", r,
                  s, name.c_str(), k);
     std::fflush(stderr);
@@ -126,6 +138,10 @@ struct CrashHook {
 CrashHook crash_hook() {
   CrashHook h;
   const char* v = std::getenv("MESHRUN_CKPT_KILL");
+  if (!v || !*v) {
+    v = std::getenv("MESHRUN_CKPT_FAIL");
+    h.fail = true;
+  }
   if (!v || !*v) return h;
   std::stringstream ss(v);
   std::string part;
@@ -611,22 +627,20 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
     }
     std::string h = header.dump();
     while (h.size() % 8 != 0) h += ' ';
-    const int fd = ::open(shard_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) throw CheckpointError("cannot create " + shard_path.string() + ": " + errno_text());
-    std::uint64_t n = h.size();
-    unsigned char len[8];
-    for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((n >> (8 * b)) & 0xff);
-    write_all(fd, len, 8, shard_path.string());
-    write_all(fd, h.data(), h.size(), shard_path.string());
-    for (const auto& [ptr, bytes] : data) {
-      write_all(fd, ptr, bytes, shard_path.string());
-      hook.at(step, rank, "shard");
+    {
+      const Fd fd(::open(shard_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+      if (fd < 0) throw CheckpointError("cannot create " + shard_path.string() + ": " + errno_text());
+      std::uint64_t n = h.size();
+      unsigned char len[8];
+      for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((n >> (8 * b)) & 0xff);
+      write_all(fd, len, 8, shard_path.string());
+      write_all(fd, h.data(), h.size(), shard_path.string());
+      for (const auto& [ptr, bytes] : data) {
+        write_all(fd, ptr, bytes, shard_path.string());
+        hook.at(step, rank, "shard");
+      }
+      if (::fsync(fd) != 0) throw CheckpointError("fsync of " + shard_path.string() + " failed: " + errno_text());
     }
-    if (::fsync(fd) != 0) {
-      ::close(fd);
-      throw CheckpointError("fsync of " + shard_path.string() + " failed: " + errno_text());
-    }
-    ::close(fd);
     hook.at(step, rank, "shard-fsync");
     res.bytes_rank = static_cast<std::int64_t>(8 + h.size() + off);
     desc = {{"file", file}, {"rank", rank}, {"bytes", res.bytes_rank}, {"pieces", std::move(list)}};
@@ -634,13 +648,38 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
     desc = json();
     err = e.what();
   }
-  // 3. the descriptions (or a failure, marked '!') go to every rank; rank 0 commits.
-  const std::vector<std::string> descs = agree(err.empty() ? desc.dump() : "!" + err);
-  fail_if_any(descs, false);
+  // 3. the descriptions (or a failure, marked '!') go to rank 0 only (all-to-all with counts: a gather), which
+  //    commits unless a rank failed.
+  std::vector<std::string> descs;
+  {
+    const std::string mine = err.empty() ? desc.dump() : "!" + err;
+    std::int64_t len = static_cast<std::int64_t>(mine.size());
+    std::vector<std::int64_t> lens(static_cast<std::size_t>(world.size()));
+    world.all_gather(&len, lens.data(), 1);
+    const std::int64_t my_words = (len + 7) / 8;
+    std::vector<std::int64_t> words(static_cast<std::size_t>(my_words), 0);
+    std::memcpy(words.data(), mine.data(), mine.size());
+    std::vector<std::int64_t> send_counts(static_cast<std::size_t>(world.size()), 0), recv_counts(send_counts);
+    send_counts[0] = my_words;
+    std::int64_t total_words = 0;
+    if (rank == 0)
+      for (int r = 0; r < world.size(); ++r) total_words += recv_counts[static_cast<std::size_t>(r)] = (lens[r] + 7) / 8;
+    std::vector<std::int64_t> all(static_cast<std::size_t>(std::max<std::int64_t>(total_words, 1)));
+    world.all_to_all(words.data(), send_counts.data(), all.data(), recv_counts.data(), DType::i64);
+    if (rank == 0) {
+      std::int64_t at = 0;
+      for (int r = 0; r < world.size(); ++r) {
+        descs.emplace_back(reinterpret_cast<const char*>(all.data() + at), static_cast<std::size_t>(lens[r]));
+        at += recv_counts[static_cast<std::size_t>(r)];
+      }
+    }
+  }
   hook.at(step, rank, "gathered");
 
   if (rank == 0) {
-    try {
+    for (int r = 0; r < world.size() && err.empty(); ++r)
+      if (!descs[static_cast<std::size_t>(r)].empty() && descs[static_cast<std::size_t>(r)][0] == '!') err = descs[static_cast<std::size_t>(r)].substr(1);
+    if (err.empty()) try {
       const JobConfig& cfg = tr.config();
       json m = must_match(cfg, data_tokens);
       m["format"] = "meshrun-checkpoint";
@@ -664,16 +703,14 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
       const std::string text = m.dump(1) + "\n";
       res.bytes_total = total + static_cast<std::int64_t>(text.size());
       const std::string mpath = (tmp / "manifest.json").string();
-      const int fd = ::open(mpath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0) throw CheckpointError("cannot create " + mpath + ": " + errno_text());
-      write_all(fd, text.data(), text.size() / 2, mpath);
-      hook.at(step, rank, "manifest");
-      write_all(fd, text.data() + text.size() / 2, text.size() - text.size() / 2, mpath);
-      if (::fsync(fd) != 0) {
-        ::close(fd);
-        throw CheckpointError("fsync of " + mpath + " failed: " + errno_text());
+      {
+        const Fd fd(::open(mpath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+        if (fd < 0) throw CheckpointError("cannot create " + mpath + ": " + errno_text());
+        write_all(fd, text.data(), text.size() / 2, mpath);
+        hook.at(step, rank, "manifest");
+        write_all(fd, text.data() + text.size() / 2, text.size() - text.size() / 2, mpath);
+        if (::fsync(fd) != 0) throw CheckpointError("fsync of " + mpath + " failed: " + errno_text());
       }
-      ::close(fd);
       fsync_path(tmp.string(), true);
       hook.at(step, rank, "manifest-fsync");
       // A step-N left by an earlier run (checkpoint.resume = false) is replaced: moved aside, then removed.
@@ -686,12 +723,10 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
       const std::string ltmp = (root / "latest.tmp").string();
       {
         const std::string line = step_name(step) + "\n";
-        const int lfd = ::open(ltmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const Fd lfd(::open(ltmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
         if (lfd < 0) throw CheckpointError("cannot create " + ltmp + ": " + errno_text());
         write_all(lfd, line.data(), line.size(), ltmp);
-        const int rc = ::fsync(lfd);
-        ::close(lfd);
-        if (rc != 0) throw CheckpointError("fsync of " + ltmp + " failed: " + errno_text());
+        if (::fsync(lfd) != 0) throw CheckpointError("fsync of " + ltmp + " failed: " + errno_text());
       }
       hook.at(step, rank, "latest-tmp");
       if (::rename(ltmp.c_str(), (root / "latest").c_str()) != 0) throw CheckpointError("renaming " + ltmp + " failed: " + errno_text());
@@ -718,8 +753,18 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
       err = e.what();
     }
   }
-  // 4. final barrier: every rank learns the commit's outcome.
-  fail_if_any(agree(rank == 0 ? err : std::string()), true);
+  // 4. final barrier: every rank learns the commit's outcome (rank 0 relays a peer's failure).
+  {
+    std::string relay = err;
+    if (rank == 0 && !err.empty()) {
+      int culprit = 0;
+      for (int r = 0; r < world.size(); ++r)
+        if (!descs[static_cast<std::size_t>(r)].empty() && descs[static_cast<std::size_t>(r)][0] == '!') { culprit = r; break; }
+      relay = "rank " + std::to_string(culprit) + ": " + err;
+    }
+    const std::vector<std::string> outcome = agree(rank == 0 ? relay : std::string());
+    if (!outcome[0].empty()) throw CheckpointError("checkpoint of step " + std::to_string(step) + " not saved: " + outcome[0]);
+  }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
@@ -748,63 +793,56 @@ int load_checkpoint(Trainer<T>& tr, const std::string& path, std::int64_t data_t
     if (!mine.count(name)) throw CheckpointError(m.file + ": tensor " + name + " is not part of this model");
 
   ParamStore<T>& st = tr.store();
-  std::vector<std::vector<T>> buf[3];
-  std::vector<std::vector<std::uint8_t>> seen[3];
-  for (int k = 0; k < 3; ++k) {
-    buf[k].resize(table.units.size());
-    seen[k].resize(table.units.size());
-  }
-  for (std::size_t u = 0; u < table.units.size(); ++u) {
-    if (!st.holds(static_cast<int>(u))) continue;
-    for (int k = 0; k < 3; ++k) {
-      buf[k][u].assign(static_cast<std::size_t>(table.units[u].size), T(0));
-      seen[k][u].assign(static_cast<std::size_t>(table.units[u].size), 0);
+  // Unit by unit (at most one unit's parameters and moments extra in memory), each shard file opened once.
+  std::map<std::string, std::unique_ptr<ShardReader>> readers;
+  for (std::size_t uu = 0; uu < table.units.size(); ++uu) {
+    const int u = static_cast<int>(uu);
+    if (!st.holds(u)) continue;
+    const std::size_t n = static_cast<std::size_t>(table.units[uu].size);
+    std::vector<T> buf[3] = {std::vector<T>(n, T(0)), std::vector<T>(n, T(0)), std::vector<T>(n, T(0))};
+    std::vector<std::uint8_t> seen[3] = {std::vector<std::uint8_t>(n, 0), std::vector<std::uint8_t>(n, 0),
+                                         std::vector<std::uint8_t>(n, 0)};
+    for (const ManifestFile& f : m.files) {
+      const std::string fpath = (fs::path(path) / f.name).string();
+      for (const ManifestPiece& p : f.pieces) {
+        const auto& [pu, t] = mine.at(p.tensor);
+        if (pu != u || !overlaps(p, t->row0, t->col0, t->local_rows, t->local_cols)) continue;
+        auto& reader = readers[f.name];
+        if (!reader) reader = std::make_unique<ShardReader>(fpath, f.bytes, p.key);
+        const std::vector<T> vals = decode<T>(reader->read(p.key, m.dtype, p.b - p.a, p.hash));
+        // The slot's block inside the unit buffer: scatter into a view starting at its offset.
+        scatter_piece(p, vals.data(), t->row0, t->col0, t->local_rows, t->local_cols, buf[p.kind].data() + t->offset,
+                      seen[p.kind].data() + t->offset, fpath);
+      }
     }
-  }
-  for (const ManifestFile& f : m.files) {
-    std::unique_ptr<ShardReader> reader;
-    const std::string fpath = (fs::path(path) / f.name).string();
-    for (const ManifestPiece& p : f.pieces) {
-      const auto& [u, t] = mine.at(p.tensor);
-      if (!st.holds(u) || !overlaps(p, t->row0, t->col0, t->local_rows, t->local_cols)) continue;
-      if (!reader) reader = std::make_unique<ShardReader>(fpath, f.bytes, p.key);
-      const std::vector<T> vals = decode<T>(reader->read(p.key, m.dtype, p.b - p.a, p.hash));
-      // The slot's block inside the unit buffer: scatter into a view starting at its offset.
-      scatter_piece(p, vals.data(), t->row0, t->col0, t->local_rows, t->local_cols, buf[p.kind][u].data() + t->offset,
-                    seen[p.kind][u].data() + t->offset, fpath);
-    }
-  }
-  for (std::size_t u = 0; u < table.units.size(); ++u) {
-    if (!st.holds(static_cast<int>(u))) continue;
     for (int k = 0; k < 3; ++k)
-      for (const TensorSlot& t : table.units[u].tensors) {
-        const auto b = seen[k][u].begin() + t.offset;
+      for (const TensorSlot& t : table.units[uu].tensors) {
+        const auto b = seen[k].begin() + t.offset;
         const auto have = std::count(b, b + t.numel(), 1);
         if (have != t.numel())
           throw CheckpointError(m.file + ": tensor " + piece_key(t.name, k) + ": the shards hold " + std::to_string(have) + " of the " +
                                 std::to_string(t.numel()) + " elements this rank needs; the checkpoint is incomplete");
       }
-    st.write_state(static_cast<int>(u), buf[0][u].data(), buf[1][u].data(), buf[2][u].data());
+    st.write_state(u, buf[0].data(), buf[1].data(), buf[2].data());
   }
   return m.step;
 }
 
+namespace {
+// Tensor `name` (kind k) in its global shape from the shards of a parsed manifest; readers are cached.
 template <class T>
-std::vector<T> read_global_tensor(const std::string& path, const std::string& name, const std::string& kind) {
-  const Manifest m = read_manifest(path);
-  if (m.dtype != dtype_name<T>()) throw CheckpointError(m.file + ": holds " + m.dtype + " values");
+std::vector<T> global_tensor(const Manifest& m, const std::string& name, int k,
+                             std::map<std::string, std::unique_ptr<ShardReader>>& readers) {
   auto it = m.shapes.find(name);
   if (it == m.shapes.end()) throw CheckpointError(m.file + ": no tensor " + name);
   const std::int64_t R = it->second.at(0), C = it->second.size() > 1 ? it->second[1] : 1;
-  const int k = kind == "param" ? 0 : kind == "exp_avg" ? 1 : kind == "exp_avg_sq" ? 2 : -1;
-  if (k < 0) throw CheckpointError("kind must be param, exp_avg or exp_avg_sq");
   std::vector<T> out(static_cast<std::size_t>(R * C));
   std::vector<std::uint8_t> seen(out.size(), 0);
   for (const ManifestFile& f : m.files) {
-    std::unique_ptr<ShardReader> reader;
-    const std::string fpath = (fs::path(path) / f.name).string();
+    const std::string fpath = (fs::path(m.path) / f.name).string();
     for (const ManifestPiece& p : f.pieces) {
       if (p.tensor != name || p.kind != k) continue;
+      auto& reader = readers[f.name];
       if (!reader) reader = std::make_unique<ShardReader>(fpath, f.bytes, p.key);
       const std::vector<T> vals = decode<T>(reader->read(p.key, m.dtype, p.b - p.a, p.hash));
       scatter_piece(p, vals.data(), 0, 0, R, C, out.data(), seen.data(), fpath);
@@ -815,6 +853,90 @@ std::vector<T> read_global_tensor(const std::string& path, const std::string& na
     throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": the shards hold " + std::to_string(have) + " of " +
                           std::to_string(out.size()) + " elements; the checkpoint is incomplete");
   return out;
+}
+
+int kind_index(const std::string& kind) {
+  const int k = kind == "param" ? 0 : kind == "exp_avg" ? 1 : kind == "exp_avg_sq" ? 2 : -1;
+  if (k < 0) throw CheckpointError("kind must be param, exp_avg or exp_avg_sq, not \"" + kind + "\"");
+  return k;
+}
+}  // namespace
+
+template <class T>
+std::vector<T> read_global_tensor(const std::string& path, const std::string& name, const std::string& kind) {
+  const Manifest m = read_manifest(path);
+  if (m.dtype != dtype_name<T>()) throw CheckpointError(m.file + ": holds " + m.dtype + " values");
+  std::map<std::string, std::unique_ptr<ShardReader>> readers;
+  return global_tensor<T>(m, name, kind_index(kind), readers);
+}
+
+std::int64_t verify_checkpoint(const std::string& path) {
+  const Manifest m = read_manifest(path);
+  std::int64_t n = 0;
+  for (const ManifestFile& f : m.files) {
+    const ShardReader reader((fs::path(path) / f.name).string(), f.bytes, f.pieces.empty() ? "-" : f.pieces[0].key);
+    for (const ManifestPiece& p : f.pieces) {
+      (void)reader.read(p.key, m.dtype, p.b - p.a, p.hash);
+      ++n;
+    }
+  }
+  // Every element of every tensor, of every kind, is held exactly once.
+  for (const auto& [name, shape] : m.shapes) {
+    const std::int64_t numel = shape.at(0) * (shape.size() > 1 ? shape[1] : 1);
+    for (int k = 0; k < 3; ++k) {
+      std::int64_t have = 0;
+      for (const ManifestFile& f : m.files)
+        for (const ManifestPiece& p : f.pieces)
+          if (p.tensor == name && p.kind == k) have += p.b - p.a;
+      if (have != numel)
+        throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": the pieces hold " + std::to_string(have) + " of " +
+                              std::to_string(numel) + " elements; the checkpoint is incomplete");
+    }
+  }
+  return n;
+}
+
+std::int64_t export_checkpoint(const std::string& path, const std::string& out) {
+  const Manifest m = read_manifest(path);
+  const std::size_t es = m.dtype == "F64" ? 8 : 4;
+  json header = json::object();
+  header["__metadata__"] = {{"format", "pt"}, {"producer", "meshrun-ckpt export"}, {"step", std::to_string(m.step)}};
+  std::uint64_t off = 0;
+  for (const std::string& name : m.order) {
+    const auto& shape = m.shapes.at(name);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(shape.at(0) * (shape.size() > 1 ? shape[1] : 1)) * es;
+    header[name] = {{"dtype", m.dtype}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
+    off += bytes;
+  }
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h += ' ';
+  const std::string tmp = out + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw CheckpointError("cannot write " + tmp + ": " + errno_text() + "; check the output directory");
+  unsigned char len[8];
+  for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((static_cast<std::uint64_t>(h.size()) >> (8 * b)) & 0xff);
+  std::map<std::string, std::unique_ptr<ShardReader>> readers;
+  try {
+    write_all(fd, len, 8, tmp);
+    write_all(fd, h.data(), h.size(), tmp);
+    for (const std::string& name : m.order) {  // one tensor in memory at a time
+      if (es == 8) {
+        const std::vector<double> v = global_tensor<double>(m, name, 0, readers);
+        write_all(fd, v.data(), v.size() * 8, tmp);
+      } else {
+        const std::vector<float> v = global_tensor<float>(m, name, 0, readers);
+        write_all(fd, v.data(), v.size() * 4, tmp);
+      }
+    }
+    if (::fsync(fd) != 0) throw CheckpointError("fsync of " + tmp + " failed: " + errno_text());
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), out.c_str()) != 0) throw CheckpointError("renaming " + tmp + " failed: " + errno_text());
+  return static_cast<std::int64_t>(8 + h.size() + off);
 }
 
 template SaveResult save_checkpoint<float>(Trainer<float>&, const std::string&, int, int, std::int64_t);

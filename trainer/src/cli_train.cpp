@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include <atomic>
+#include <thread>
 
 #include "meshrun/config.hpp"
 #include "meshrun/json.hpp"
@@ -195,6 +198,68 @@ int agreed_stop_bits() {
   return all;
 }
 
+// Watchdogs (issue 16, fast named failure). A rank whose peers never reach MPI_Init (one exited before it or
+// never started) would wait in MPI_Init's exchange until the time limit, and a rank whose peer stopped
+// answering waits in a collective forever. A thread ends this process with one line naming the rank, the
+// host and what it waited for; the launcher then ends the others (srun --kill-on-bad-exit, mpirun on a
+// non-zero exit). MESHRUN_INIT_TIMEOUT_S (default 60) bounds MPI_Init; MESHRUN_STEP_TIMEOUT_S (default 60)
+// is the least time without progress that counts as a hang: the limit is the larger of it, 10 × the slowest
+// step and 3 × the slowest checkpoint save so far. 0 turns a watchdog off. Set-up (token file, checkpoint
+// load) and checkpoint saves are file I/O of unknown length and are not bounded.
+std::atomic<int> g_wd_phase{0};           // 0: in MPI_Init, 1: training steps, 2: done, 3: file I/O (unbounded)
+std::atomic<double> g_wd_last{0};          // steady seconds of the last progress
+std::atomic<double> g_wd_limit{60};        // seconds without progress that count as a hang
+std::atomic<int> g_wd_rank{-1};
+
+double steady_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atof(v) : fallback;
+}
+std::string rank_from_env() {
+  for (const char* n : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"})
+    if (const char* v = std::getenv(n)) return v;
+  return "?";
+}
+void progress() { g_wd_last = steady_s(); }
+
+void start_watchdog() {
+  const double init_limit = env_seconds("MESHRUN_INIT_TIMEOUT_S", 60), step_floor = env_seconds("MESHRUN_STEP_TIMEOUT_S", 60);
+  g_wd_limit = step_floor;
+  progress();
+  std::thread([init_limit, step_floor] {
+    char host[256] = "?";
+    ::gethostname(host, sizeof host - 1);
+    const double t0 = steady_s();
+    while (g_wd_phase != 2) {
+      ::usleep(100 * 1000);
+      const double now = steady_s();
+      const int rank = g_wd_rank;
+      const std::string who = rank >= 0 ? std::to_string(rank) : rank_from_env();
+      if (g_wd_phase == 0 && init_limit > 0 && now - t0 > init_limit) {
+        std::fprintf(stderr, "meshrun-train: rank %s on %s: MPI_Init did not complete within %.0f s: another rank exited "
+                     "before MPI_Init or never started (see its log); ending this rank\n", who.c_str(), host, init_limit);
+        std::fflush(stderr);
+        ::_exit(1);
+      }
+      if (g_wd_phase == 1 && step_floor > 0 && now - g_wd_last > g_wd_limit) {
+        std::fprintf(stderr, "meshrun-train: rank %s on %s: no progress for %.0f s (limit %.0f s): a peer rank died or stopped "
+                     "answering inside a collective; ending this rank\n", who.c_str(), host, now - g_wd_last.load(), g_wd_limit.load());
+        std::fflush(stderr);
+        ::_exit(1);
+      }
+    }
+  }).detach();
+}
+// After a step or a save that took `seconds`: progress, and the hang limit grows with the slowest one.
+void progress_after(double seconds, double factor) {
+  progress();
+  const double want = seconds * factor;
+  if (want > g_wd_limit) g_wd_limit = want;
+}
+
 // Keeps the metrics lines of steps <= `step` (a resumed run rewrites the steps after its checkpoint).
 void truncate_metrics(const std::string& path, int step) {
   std::ifstream is(path);
@@ -252,16 +317,19 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   }
   int start = 0;
   if (!resume_from.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       start = load_checkpoint(trainer, resume_from, file->tokens());
     } catch (const CheckpointError& e) {
       err = e.what();
     }
     collective_check(err, rank, world);
+    double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    MPI_Allreduce(MPI_IN_PLACE, &load_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) {
       const CheckpointInfo info = read_checkpoint_info(resume_from);
-      std::printf("meshrun-train: resuming from %s: step %d, %lld samples consumed, saved under %s%s\n",
-                  resume_from.c_str(), start, static_cast<long long>(info.consumed_samples), info.layout_text.c_str(),
+      std::printf("meshrun-train: resuming from %s: step %d, %lld samples consumed, saved under %s; loaded in %.3f s%s\n",
+                  resume_from.c_str(), start, static_cast<long long>(info.consumed_samples), info.layout_text.c_str(), load_s,
                   ck.load.empty() ? "" : ("; checkpoint.load = " + ck.load + " not used (the checkpoint wins)").c_str());
     }
   } else if (ck.load.empty()) {
@@ -315,10 +383,15 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   double last_save_s = -1, last_step_s = 0;
   // A collective save of `step`; the log line is printed only after the commit (latest renamed).
   auto checkpoint = [&](int step, std::string* why) -> bool {
+    struct Unbounded {  // the watchdog does not bound file I/O
+      Unbounded() { g_wd_phase = 3; }
+      ~Unbounded() { progress(); g_wd_phase = 1; }
+    } unbounded;
     try {
       const SaveResult r = save_checkpoint(trainer, ck.dir, step, ck.keep, file->tokens());
       last_saved = step;
       last_save_s = r.seconds;
+      progress_after(r.seconds, 3);
       if (rank == 0) {
         std::string removed;
         for (const auto& p : r.removed) removed += (removed.empty() ? "; removed " : ", ") + std::filesystem::path(p).filename().string();
@@ -338,9 +411,12 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   };
   // Budget for a best-effort save on SIGTERM: Slurm sends SIGKILL KillWait (default 30 s) after it.
   constexpr double kTermBudgetS = 20.0;
+  progress();
+  g_wd_phase = 1;  // from here on, steps are bounded
   for (int s = start; s < cfg.training.steps; ++s) {
     const StepStats st = trainer.step(s, schedule);
     last_step_s = st.ms / 1000.0;
+    progress_after(last_step_s, 10);
     if (rank == 0) {
       std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step", st.step,
                   cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, st.ms);
@@ -434,6 +510,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     if (last_saved != cfg.training.steps && !checkpoint(cfg.training.steps, &why)) throw InputError(why);
     if (rank == 0) write_status_file(ck.dir, "finished " + std::to_string(cfg.training.steps));
   }
+  g_wd_phase = 3;  // the gathered final weights: file I/O
   if (!cfg.checkpoint.save.empty()) {
     trainer.save(cfg.checkpoint.save);
     if (rank == 0) std::printf("meshrun-train: saved %s\n", cfg.checkpoint.save.c_str());
@@ -506,10 +583,14 @@ int run(int argc, char** argv, int rank, int world) {
 }  // namespace
 
 int train_main(int argc, char** argv) {
+  start_watchdog();
   MPI_Init(&argc, &argv);
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  g_wd_rank = rank;
+  progress();
+  g_wd_phase = 3;  // set-up: configuration, token file, checkpoint load
   int code = 0;
   try {
     code = run(argc, argv, rank, world);
@@ -524,6 +605,7 @@ int train_main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
+  g_wd_phase = 2;
   MPI_Finalize();
   return code;
 }

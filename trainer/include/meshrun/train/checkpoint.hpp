@@ -59,7 +59,8 @@ struct CheckpointInfo {
 // Test hook for crash safety: MESHRUN_CKPT_KILL="STEP:RANK:POINT[:K]" makes rank RANK raise SIGKILL during
 // the save of step STEP at its K-th (default 1st) crash point named POINT, after printing one line to
 // stderr. Points: shard (after each piece is written), shard-fsync, gathered, manifest (half written),
-// manifest-fsync, renamed, latest-tmp, latest, pruned. Unset: no effect.
+// manifest-fsync, renamed, latest-tmp, latest, pruned. Unset: no effect. MESHRUN_CKPT_FAIL (same syntax)
+// raises a CheckpointError there instead, as a failed write would (points up to latest-tmp).
 std::vector<std::string> crash_point_names();
 
 // Collective over the trainer's world: writes DIR/step-N as described above and keeps the newest `keep`
@@ -93,5 +94,14 @@ std::string status_file_path(const std::string& dir);
 // by the export and inspect tools and the tests). kind: "param", "exp_avg", "exp_avg_sq".
 template <class T>
 std::vector<T> read_global_tensor(const std::string& path, const std::string& name, const std::string& kind);
+
+// Reads every piece of every shard (file size, header, dtype, shape, hash) and checks that every element of
+// every tensor and moment is held once; returns the number of pieces. CheckpointError naming file and tensor.
+std::int64_t verify_checkpoint(const std::string& path);
+
+// Consolidates a checkpoint's parameters into one safetensors file with the Hugging Face names (the
+// checkpoint's dtype), streaming: one tensor in memory at a time. Written to OUT.tmp, fsynced, renamed.
+// Returns the bytes written.
+std::int64_t export_checkpoint(const std::string& path, const std::string& out);
 
 }  // namespace meshrun::train

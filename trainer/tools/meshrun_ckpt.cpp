@@ -1,0 +1,65 @@
+// meshrun-ckpt: inspect, verify and export the sharded checkpoints of meshrun-train (docs/trainer.md).
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "meshrun/train/checkpoint.hpp"
+#include "meshrun/train/safetensors.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: meshrun-ckpt inspect PATH [--verify]     step, layout, shards and tensors of a checkpoint\n"
+    "       meshrun-ckpt export PATH OUT.safetensors  one Hugging Face safetensors file of the parameters\n"
+    "  PATH: a checkpoint (DIR/step-N) or a checkpoint.dir (its `latest` is used).\n"
+    "  --verify reads every shard piece and checks sizes, headers and hashes.\n";
+
+std::string resolve(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  const std::string latest = meshrun::train::latest_checkpoint(path);
+  if (latest.empty())
+    throw meshrun::train::CheckpointError(path + " has neither manifest.json nor latest; give a checkpoint.dir or a step-N directory");
+  return latest;
+}
+
+int inspect(const std::string& arg, bool verify) {
+  using namespace meshrun::train;
+  const std::string path = resolve(arg);
+  const CheckpointInfo info = read_checkpoint_info(path);
+  std::int64_t bytes = 0, params = 0;
+  for (const auto& e : std::filesystem::directory_iterator(path)) bytes += static_cast<std::int64_t>(e.file_size());
+  for (const auto& [name, shape] : info.tensors) params += shape.at(0) * (shape.size() > 1 ? shape[1] : 1);
+  std::printf("checkpoint %s\nstep %d, %lld samples consumed, %s\nlayout %s\n%d shard files, %.2f MiB on disk, %lld parameters\n",
+              path.c_str(), info.step, static_cast<long long>(info.consumed_samples), info.dtype.c_str(), info.layout_text.c_str(),
+              info.files, static_cast<double>(bytes) / (1024.0 * 1024.0), static_cast<long long>(params));
+  for (const auto& [name, shape] : info.tensors) std::printf("  %-48s %s\n", name.c_str(), shape_text(shape).c_str());
+  if (verify) std::printf("verified: %lld pieces (parameters, exp_avg, exp_avg_sq), sizes and hashes match the manifest\n",
+                          static_cast<long long>(verify_checkpoint(path)));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc >= 2 && (!std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help"))) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (argc >= 3 && !std::strcmp(argv[1], "inspect") && (argc == 3 || (argc == 4 && !std::strcmp(argv[3], "--verify"))))
+      return inspect(argv[2], argc == 4);
+    if (argc == 4 && !std::strcmp(argv[1], "export")) {
+      const std::string path = resolve(argv[2]);
+      const std::int64_t n = meshrun::train::export_checkpoint(path, argv[3]);
+      std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", argv[3], static_cast<long long>(n), path.c_str());
+      return 0;
+    }
+    std::fputs(kUsage, stderr);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshrun-ckpt: %s\n", e.what());
+    return 2;
+  }
+}
