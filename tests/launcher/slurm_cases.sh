@@ -152,13 +152,16 @@ SH
     ;;
   sbatch_trainer)
     # The default command: meshrun-train over srun --mpi=pmix, 2 nodes x 2 ranks: tp 2 x dp 2, then the same
-    # allocation shape as tp 2 x pp 2 (1F1B; the pipeline crosses the nodes) and tp 2 x cp 2 (ring attention
+    # allocation shape as tp 2 x pp 2 (1F1B, then interleaved with 2 virtual stages; the pipeline crosses the
+    # nodes) and tp 2 x cp 2 (ring attention
     # across the nodes, 256-token sequences).
     [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
-    for variant in "dp" "pp" "cp"; do
+    for variant in "dp" "pp" "interleaved" "cp"; do
       case $variant in
         dp) sets=() layout='layout tp=2 pp=1 dp=2 .* on 4 ranks' ;;
         pp) sets=(--set parallel.pp=2) layout='layout tp=2 pp=2 dp=1 .* on 4 ranks' ;;
+        interleaved) sets=(--set parallel.pp=2 --set parallel.pipeline_schedule=interleaved --set parallel.virtual_stages=2)
+          layout='pipeline interleaved, 2 stages × 2 virtual' ;;
         cp) sets=(--set parallel.cp=2 --set training.seq_len=256) layout='layout tp=2 pp=1 dp=1 .* on 4 ranks' ;;
       esac
       out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 \
