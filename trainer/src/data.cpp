@@ -28,12 +28,16 @@ TokenFile::TokenFile(const std::string& path, const std::string& token_dtype, st
                      std::int64_t seq_len, std::int64_t global_batch)
     : path_(path), width_(token_width(token_dtype)) {
   if (path.empty()) throw DataError("data.path is not set; point it at a token file (meshrun-tokenize makes one)");
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: a FIFO must not block open(); the type is checked on the opened descriptor.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
   if (fd < 0)
     throw DataError("token file " + path + ": " + std::strerror(errno) +
                     "; create it with meshrun-tokenize or set data.text to build it");
   struct stat st{};
-  ::fstat(fd, &st);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DataError("token file " + path + " is not a regular file; point data.path at a token file (meshrun-tokenize makes one)");
+  }
   bytes_ = static_cast<std::size_t>(st.st_size);
   if (bytes_ == 0) {
     ::close(fd);

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <memory>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/json.hpp"
 
 namespace meshrun::train {
@@ -128,6 +129,8 @@ std::size_t dtype_bytes(const std::string& dtype) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  // A FIFO or a device (/dev/zero) would hang or grow without bound: regular files only.
+  if (std::string why; !check_regular_file(path, "safetensors file", &why)) throw SafetensorsError(why + " (checkpoint.load)");
   std::ifstream is(path, std::ios::binary);
   if (!is) throw SafetensorsError("cannot open safetensors file " + path + "; check checkpoint.load");
   bytes_.assign(std::istreambuf_iterator<char>(is), std::istreambuf_iterator<char>());
