@@ -10,17 +10,7 @@ TRAIN=$1 TOKENIZE=$2 TEMPLATE=$3 MPIRUN=$4 CKPT=$5
 MPI=("$MPIRUN" --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
 DIR=$(mktemp -d /tmp/meshrun-ckpt-cli-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
-fail=0
-pass() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-# expect CODE PATTERN DESCRIPTION -- command...
-expect() {
-  local code=$1 pattern=$2 what=$3; shift 4
-  "$@" >"$DIR/out" 2>&1; local rc=$?
-  if [[ $rc -ne $code ]]; then bad "$what: exit $rc, expected $code"; sed 's/^/     | /' "$DIR/out" | tail -8; return; fi
-  if [[ -n $pattern ]] && ! grep -q -- "$pattern" "$DIR/out"; then bad "$what: output lacks '$pattern'"; sed 's/^/     | /' "$DIR/out" | tail -8; return; fi
-  pass "$what"
-}
+source "$(dirname "$0")/cli_lib.sh"
 # step, loss, grad_norm, lr of every metrics line (the text is the shortest round-trip form: equal text = equal bits)
 numbers() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
 

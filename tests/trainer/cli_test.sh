@@ -6,17 +6,7 @@ TRAIN=$1 TOKENIZE=$2 TEMPLATE=$3 MPIRUN=$4
 MPI=("$MPIRUN" --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
 DIR=$(mktemp -d /tmp/meshrun-cli-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
-fail=0
-pass() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-# expect CODE PATTERN DESCRIPTION -- command...
-expect() {
-  local code=$1 pattern=$2 what=$3; shift 4
-  "$@" >"$DIR/out" 2>&1; local rc=$?
-  if [[ $rc -ne $code ]]; then bad "$what: exit $rc, expected $code"; sed 's/^/     | /' "$DIR/out" | head -5; return; fi
-  if [[ -n $pattern ]] && ! grep -q -- "$pattern" "$DIR/out"; then bad "$what: output lacks '$pattern'"; sed 's/^/     | /' "$DIR/out" | head -5; return; fi
-  pass "$what"
-}
+source "$(dirname "$0")/cli_lib.sh"
 
 # 1. The demo: TP 2 x DP 2, ZeRO-1 on 4 ranks; corpus built at run time from the Debian license texts.
 expect 0 "step    20/20" "tiny.toml trains on 4 ranks" -- "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" \

@@ -8,16 +8,7 @@ TRAIN=$1 MESHRUN=$2 TEMPLATES=$3 MPIRUN=$4
 MPI=("$MPIRUN" --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
 DIR=$(mktemp -d /tmp/meshrun-moe-cli-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
-fail=0
-pass() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
-expect() {
-  local code=$1 pattern=$2 what=$3; shift 4
-  "$@" >"$DIR/out" 2>&1; local rc=$?
-  if [[ $rc -ne $code ]]; then bad "$what: exit $rc, expected $code"; sed 's/^/     | /' "$DIR/out" | head -5; return; fi
-  if [[ -n $pattern ]] && ! grep -q -- "$pattern" "$DIR/out"; then bad "$what: output lacks '$pattern'"; sed 's/^/     | /' "$DIR/out" | head -5; return; fi
-  pass "$what"
-}
+source "$(dirname "$0")/cli_lib.sh"
 
 # 1. Parameter count: meshrun-train's table (count-only, allocates nothing) vs meshrun plan --estimate.
 for t in mixtral-8x7b llama3-8b; do

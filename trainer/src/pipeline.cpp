@@ -80,34 +80,24 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
         stage(a.chunk, a).backward_fused(a.microbatch, loss_scale);
         account(t.b_s, t.chunk_b_s, t.b);
         break;
-      case ActionKind::send_act: {
-        Stage<T>& s = stage(a.chunk, a);
-        s.hold(a.microbatch,
-               pp_.isend(s.activation(a.microbatch), s.rows_times_hidden(), dtype_, peer(a, next_),
-                         transfer_tag(false, a.microbatch, a.chunk, chunks, pp_)),
-               false);
-        break;
-      }
+      case ActionKind::send_act:
       case ActionKind::send_grad: {
+        // Activations go to the next pipeline rank, input gradients to the previous one.
+        const bool grad = a.kind == ActionKind::send_grad;
         Stage<T>& s = stage(a.chunk, a);
         s.hold(a.microbatch,
-               pp_.isend(s.gradient(a.microbatch), s.rows_times_hidden(), dtype_, peer(a, prev_),
-                         transfer_tag(true, a.microbatch, a.chunk, chunks, pp_)),
-               true);
+               pp_.isend(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden(),
+                         dtype_, peer(a, grad ? prev_ : next_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_)),
+               grad);
         break;
       }
-      case ActionKind::recv_act: {
-        Stage<T>& s = stage(a.chunk + 1, a);
-        pp_.irecv(s.activation(a.microbatch), s.rows_times_hidden(), dtype_, peer(a, prev_),
-                  transfer_tag(false, a.microbatch, a.chunk, chunks, pp_))
-            .wait();
-        t.wait_s += seconds_since(t0);
-        break;
-      }
+      case ActionKind::recv_act:
       case ActionKind::recv_grad: {
-        Stage<T>& s = stage(a.chunk - 1, a);
-        pp_.irecv(s.gradient(a.microbatch), s.rows_times_hidden(), dtype_, peer(a, next_),
-                  transfer_tag(true, a.microbatch, a.chunk, chunks, pp_))
+        // Into the consuming chunk's slot: chunk+1 for an activation, chunk−1 for a gradient.
+        const bool grad = a.kind == ActionKind::recv_grad;
+        Stage<T>& s = stage(grad ? a.chunk - 1 : a.chunk + 1, a);
+        pp_.irecv(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden(), dtype_,
+                  peer(a, grad ? next_ : prev_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_))
             .wait();
         t.wait_s += seconds_since(t0);
         break;
