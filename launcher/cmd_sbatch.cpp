@@ -155,7 +155,7 @@ int cmd_sbatch(int argc, char** argv) {
   std::string log = opt.output;
   for (auto [pat, val] : {std::pair<std::string, std::string>{"%x", r.cfg.job.job.name}, {"%j", id}})
     for (size_t p = log.find(pat); p != std::string::npos; p = log.find(pat, p + val.size())) log.replace(p, 2, val);
-  std::fprintf(stderr, "meshrun sbatch: %d ranks on %d node%s, plugin %s, log %s\n", r.layout.world(),
+  std::fprintf(stderr, "meshrun sbatch: %d ranks on %d node%s, plugin %s, log %s\n", static_cast<int>(r.layout.world()),
                r.cluster.nodes, r.cluster.nodes == 1 ? "" : "s", plugin_note.c_str(), log.c_str());
   return 0;
 }

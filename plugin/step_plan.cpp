@@ -5,6 +5,7 @@
 
 #include "meshrun/bounded_file.hpp"
 #include "meshrun/hostlist.hpp"
+#include "meshrun/limits.hpp"
 
 namespace meshrun::plugin {
 namespace {
@@ -21,7 +22,7 @@ std::string world_message(const LayoutSpec& spec, const std::optional<Layout>& l
   auto s = [](int64_t v) { return std::to_string(v); };
   std::string job = s(shape.tasks) + " tasks (" + s(shape.nodes) + " nodes × " + s(shape.tasks / shape.nodes) + ")";
   if (!l)  // dp = auto and tp·cp·pp does not divide the task count
-    return "tp·cp·pp = " + s(spec.tp) + "·" + s(spec.cp) + "·" + s(spec.pp) + " = " + s(int64_t(spec.tp) * spec.cp * spec.pp) +
+    return "tp·cp·pp = " + s(spec.tp) + "·" + s(spec.cp) + "·" + s(spec.pp) + " = " + s(limits::product({spec.tp, spec.cp, spec.pp})) +
            " does not divide the job's " + job + "; change --mesh-tp/--mesh-cp/--mesh-pp or -N/--ntasks-per-node";
   return "tp·cp·pp·dp = " + s(l->tp) + "·" + s(l->cp) + "·" + s(l->pp) + "·" + s(l->dp) + " = " + s(l->world()) +
          " ranks but the job has " + job + "; use --mesh-dp=auto or change -N/--ntasks-per-node";
@@ -100,10 +101,12 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
                                                   std::to_string(shape.gpus_per_node) + " or request more GPUs"});
 
   const LayoutSpec& ls = plan.config.job.parallel;
-  int64_t product = int64_t(ls.tp) * ls.cp * ls.pp * std::max(ls.dp, 1);
-  if (product > int64_t(shape.tasks) * std::max(ls.ep, 1) && product > (int64_t(1) << 24)) {  // keep int math exact
-    plan.problems.push_back({"world-size", "tp·cp·pp·dp = " + std::to_string(product) + " ranks but the job has " +
-                                               std::to_string(shape.tasks) + " tasks; use smaller --mesh-* sizes"});
+  const int64_t product = limits::product({ls.tp, ls.cp, ls.pp, std::max(ls.dp, 1)});
+  if (product > shape.tasks && product > limits::kWorld) {  // beyond the limits: say so in the job's terms
+    plan.problems.push_back({"world-size", "tp·cp·pp·dp > " + std::to_string(limits::kWorld) +
+                                               " ranks but the job has " + std::to_string(shape.tasks) +
+                                               " tasks; use smaller --mesh-* sizes (meshrun lays out at most " +
+                                               std::to_string(limits::kWorld) + " ranks)"});
     return plan;
   }
   std::vector<Problem> found;

@@ -14,7 +14,9 @@
 #include <functional>
 #include <sstream>
 
+#include "meshrun/hostlist.hpp"
 #include "meshrun/layout.hpp"
+#include "meshrun/limits.hpp"
 
 namespace meshrun {
 namespace {
@@ -23,8 +25,10 @@ struct Field {
   KeyInfo info;
   std::function<void*(JobConfig&)> ptr;
   int64_t min = INT64_MIN;             // for integers
+  int64_t max = INT32_MAX;             // for integers; meshrun::limits for sizes that enter products
   double min_number = -HUGE_VAL;       // for numbers
   std::vector<std::string> choices;    // for strings; empty = free text
+  std::function<std::string(const std::string&)> check;  // for strings: "" or what is wrong (no key)
 };
 
 template <class S, class T>
@@ -40,6 +44,7 @@ std::vector<Field> make_schema() {
   std::vector<Field> f;
   auto add = [&](Field x) -> Field& { f.push_back(std::move(x)); return f.back(); };
   auto at_least = [](Field x, int64_t m) { x.min = m; return x; };
+  auto at_most = [](Field x, int64_t m) { x.max = m; return x; };
   auto choose = [](Field x, std::vector<std::string> c) { x.choices = std::move(c); return x; };
   auto nonneg = [](Field x) { x.min_number = 0; return x; };
 
@@ -49,46 +54,54 @@ std::vector<Field> make_schema() {
   add(field("job.account", &JobConfig::job, &JobSpec::account, V::string, "Slurm account"));
   add(field("job.qos", &JobConfig::job, &JobSpec::qos, V::string, "Slurm QOS"));
 
-  add(at_least(field("cluster.nodes", &JobConfig::cluster, &ClusterSpec::nodes, V::integer, "node count (0 = from hostlist)"), 0));
-  add(at_least(field("cluster.gpus_per_node", &JobConfig::cluster, &ClusterSpec::gpus_per_node, V::integer, "GPUs per node (0 = from node_type)"), 0));
+  add(at_most(at_least(field("cluster.nodes", &JobConfig::cluster, &ClusterSpec::nodes, V::integer, "node count (0 = from hostlist)"), 0), limits::kHosts));
+  add(at_most(at_least(field("cluster.gpus_per_node", &JobConfig::cluster, &ClusterSpec::gpus_per_node, V::integer, "GPUs per node (0 = from node_type)"), 0), limits::kGpusPerNode));
   {
     std::vector<std::string> names;
     for (const auto& t : node_types()) names.push_back(t.name);
     add(choose(field("cluster.node_type", &JobConfig::cluster, &ClusterSpec::node_type, V::string, "node type"), names));
   }
-  add(at_least(field("cluster.nvlink_domain_gpus", &JobConfig::cluster, &ClusterSpec::nvlink_domain_gpus, V::integer, "GPUs per NVLink domain (0 = from node_type)"), 0));
-  add(field("cluster.hostlist", &JobConfig::cluster, &ClusterSpec::hostlist, V::string, "Slurm hostlist, e.g. node[001-128]"));
+  add(at_most(at_least(field("cluster.nvlink_domain_gpus", &JobConfig::cluster, &ClusterSpec::nvlink_domain_gpus, V::integer, "GPUs per NVLink domain (0 = from node_type)"), 0), limits::kNvlinkDomainGpus));
+  {
+    // Syntax and size at the layer that knows the value's location; resolve_cluster expands it.
+    Field h = field("cluster.hostlist", &JobConfig::cluster, &ClusterSpec::hostlist, V::string, "Slurm hostlist, e.g. node[001-128]");
+    h.check = [](const std::string& v) {
+      std::string error;
+      return v.empty() || check_hostlist(v, &error) ? std::string() : error;
+    };
+    add(std::move(h));
+  }
   add(field("cluster.gpu", &JobConfig::cluster, &ClusterSpec::gpu, V::string, "GPU model for the planner"));
   add(nonneg(field("cluster.gpu_memory_gib", &JobConfig::cluster, &ClusterSpec::gpu_memory_gib, V::number, "GPU memory (GiB)")));
   add(nonneg(field("cluster.gpu_bf16_tflops", &JobConfig::cluster, &ClusterSpec::gpu_bf16_tflops, V::number, "dense bf16 peak (TFLOP/s)")));
   add(at_least(field("cluster.gpu_sms", &JobConfig::cluster, &ClusterSpec::gpu_sms, V::integer, "streaming multiprocessors per GPU"), 0));
   add(nonneg(field("cluster.nvlink_gbps", &JobConfig::cluster, &ClusterSpec::nvlink_gbps, V::number, "NVLink GB/s per GPU per direction")));
-  add(at_least(field("cluster.nics_per_node", &JobConfig::cluster, &ClusterSpec::nics_per_node, V::integer, "compute NICs per node"), 0));
+  add(at_most(at_least(field("cluster.nics_per_node", &JobConfig::cluster, &ClusterSpec::nics_per_node, V::integer, "compute NICs per node"), 0), limits::kGpusPerNode));
   add(nonneg(field("cluster.nic_gbps", &JobConfig::cluster, &ClusterSpec::nic_gbps, V::number, "Gbit/s per NIC")));
 
   add(field("model.name", &JobConfig::model, &ModelSpec::name, V::string, "model name"));
-  add(at_least(field("model.layers", &JobConfig::model, &ModelSpec::layers, V::integer, "transformer layers"), 1));
-  add(at_least(field("model.hidden", &JobConfig::model, &ModelSpec::hidden, V::integer, "model dimension"), 1));
-  add(at_least(field("model.ffn_hidden", &JobConfig::model, &ModelSpec::ffn_hidden, V::integer, "MLP inner dimension"), 1));
-  add(at_least(field("model.heads", &JobConfig::model, &ModelSpec::heads, V::integer, "query heads"), 1));
-  add(at_least(field("model.kv_heads", &JobConfig::model, &ModelSpec::kv_heads, V::integer, "key/value heads (GQA)"), 1));
-  add(at_least(field("model.vocab", &JobConfig::model, &ModelSpec::vocab, V::integer, "vocabulary size"), 1));
+  add(at_most(at_least(field("model.layers", &JobConfig::model, &ModelSpec::layers, V::integer, "transformer layers"), 1), limits::kLayers));
+  add(at_most(at_least(field("model.hidden", &JobConfig::model, &ModelSpec::hidden, V::integer, "model dimension"), 1), limits::kWidth));
+  add(at_most(at_least(field("model.ffn_hidden", &JobConfig::model, &ModelSpec::ffn_hidden, V::integer, "MLP inner dimension"), 1), limits::kWidth));
+  add(at_most(at_least(field("model.heads", &JobConfig::model, &ModelSpec::heads, V::integer, "query heads"), 1), limits::kHeads));
+  add(at_most(at_least(field("model.kv_heads", &JobConfig::model, &ModelSpec::kv_heads, V::integer, "key/value heads (GQA)"), 1), limits::kHeads));
+  add(at_most(at_least(field("model.vocab", &JobConfig::model, &ModelSpec::vocab, V::integer, "vocabulary size"), 1), limits::kVocab));
   add(choose(field("model.mlp", &JobConfig::model, &ModelSpec::mlp, V::string, "MLP type"), {"swiglu", "gelu"}));
   add(field("model.tied_embeddings", &JobConfig::model, &ModelSpec::tied_embeddings, V::boolean, "share input and output embeddings"));
-  add(at_least(field("model.experts", &JobConfig::model, &ModelSpec::experts, V::integer, "experts per MoE layer (0 = dense)"), 0));
-  add(at_least(field("model.top_k", &JobConfig::model, &ModelSpec::top_k, V::integer, "experts per token"), 1));
-  add(at_least(field("model.moe_ffn_hidden", &JobConfig::model, &ModelSpec::moe_ffn_hidden, V::integer, "expert MLP dimension (0 = ffn_hidden)"), 0));
+  add(at_most(at_least(field("model.experts", &JobConfig::model, &ModelSpec::experts, V::integer, "experts per MoE layer (0 = dense)"), 0), limits::kExperts));
+  add(at_most(at_least(field("model.top_k", &JobConfig::model, &ModelSpec::top_k, V::integer, "experts per token"), 1), limits::kExperts));
+  add(at_most(at_least(field("model.moe_ffn_hidden", &JobConfig::model, &ModelSpec::moe_ffn_hidden, V::integer, "expert MLP dimension (0 = ffn_hidden)"), 0), limits::kWidth));
   add(nonneg(field("model.router_aux_loss_coef", &JobConfig::model, &ModelSpec::router_aux_loss_coef, V::number, "MoE load-balancing loss coefficient")));
   add(nonneg(field("model.rope_theta", &JobConfig::model, &ModelSpec::rope_theta, V::number, "RoPE base")));
   add(nonneg(field("model.norm_eps", &JobConfig::model, &ModelSpec::norm_eps, V::number, "RMSNorm epsilon")));
 
-  add(at_least(field("parallel.tp", &JobConfig::parallel, &LayoutSpec::tp, V::integer, "tensor-parallel size"), 1));
-  add(at_least(field("parallel.cp", &JobConfig::parallel, &LayoutSpec::cp, V::integer, "context-parallel size"), 1));
-  add(at_least(field("parallel.pp", &JobConfig::parallel, &LayoutSpec::pp, V::integer, "pipeline stages"), 1));
-  add(at_least(field("parallel.dp", &JobConfig::parallel, &LayoutSpec::dp, V::int_or_auto, "data-parallel size or \"auto\""), 1));
-  add(at_least(field("parallel.ep", &JobConfig::parallel, &LayoutSpec::ep, V::integer, "expert-parallel size"), 1));
+  add(at_most(at_least(field("parallel.tp", &JobConfig::parallel, &LayoutSpec::tp, V::integer, "tensor-parallel size"), 1), limits::kWorld));
+  add(at_most(at_least(field("parallel.cp", &JobConfig::parallel, &LayoutSpec::cp, V::integer, "context-parallel size"), 1), limits::kWorld));
+  add(at_most(at_least(field("parallel.pp", &JobConfig::parallel, &LayoutSpec::pp, V::integer, "pipeline stages"), 1), limits::kWorld));
+  add(at_most(at_least(field("parallel.dp", &JobConfig::parallel, &LayoutSpec::dp, V::int_or_auto, "data-parallel size or \"auto\""), 1), limits::kWorld));
+  add(at_most(at_least(field("parallel.ep", &JobConfig::parallel, &LayoutSpec::ep, V::integer, "expert-parallel size"), 1), limits::kWorld));
   add(field("parallel.order", &JobConfig::parallel, &LayoutSpec::order, V::string, "axis order, leftmost fastest"));
-  add(at_least(field("parallel.virtual_stages", &JobConfig::parallel, &LayoutSpec::virtual_stages, V::integer, "interleaved chunks per pipeline rank"), 1));
+  add(at_most(at_least(field("parallel.virtual_stages", &JobConfig::parallel, &LayoutSpec::virtual_stages, V::integer, "interleaved chunks per pipeline rank"), 1), limits::kLayers));
   add(at_least(field("parallel.zero_stage", &JobConfig::parallel, &LayoutSpec::zero_stage, V::integer, "ZeRO stage 0-3"), 0));
   add(field("parallel.sequence_parallel", &JobConfig::parallel, &LayoutSpec::sequence_parallel, V::boolean, "Megatron sequence parallelism"));
   add(choose(field("parallel.pipeline_schedule", &JobConfig::parallel, &LayoutSpec::pipeline_schedule, V::string, "pipeline schedule"),
@@ -96,9 +109,9 @@ std::vector<Field> make_schema() {
   add(choose(field("parallel.cp_comm", &JobConfig::parallel, &LayoutSpec::cp_comm, V::string, "context-parallel attention: K/V ring or all-gather"),
              {"ring", "allgather"}));
 
-  add(at_least(field("training.seq_len", &JobConfig::training, &TrainingSpec::seq_len, V::integer, "tokens per sequence"), 1));
-  add(at_least(field("training.global_batch_size", &JobConfig::training, &TrainingSpec::global_batch_size, V::integer, "sequences per step"), 1));
-  add(at_least(field("training.micro_batch_size", &JobConfig::training, &TrainingSpec::micro_batch_size, V::integer, "sequences per micro-batch per DP rank"), 1));
+  add(at_most(at_least(field("training.seq_len", &JobConfig::training, &TrainingSpec::seq_len, V::integer, "tokens per sequence"), 1), limits::kSeqLen));
+  add(at_most(at_least(field("training.global_batch_size", &JobConfig::training, &TrainingSpec::global_batch_size, V::integer, "sequences per step"), 1), limits::kBatch));
+  add(at_most(at_least(field("training.micro_batch_size", &JobConfig::training, &TrainingSpec::micro_batch_size, V::integer, "sequences per micro-batch per DP rank"), 1), limits::kBatch));
   add(at_least(field("training.steps", &JobConfig::training, &TrainingSpec::steps, V::integer, "optimizer steps"), 0));
   add(nonneg(field("training.lr", &JobConfig::training, &TrainingSpec::lr, V::number, "peak learning rate")));
   add(nonneg(field("training.min_lr", &JobConfig::training, &TrainingSpec::min_lr, V::number, "final learning rate of the cosine decay")));
@@ -264,12 +277,14 @@ std::string store(JobConfig& job, const Field& f, const Scalar& v) {
                (f.info.type == ValueType::int_or_auto ? " (or \"auto\")" : "") +
                (f.min == 1 && key.rfind("parallel.", 0) == 0 ? "; use 1 to leave the axis unused"
                                                              : "; use " + std::to_string(f.min) + " or more");
+      if (val > f.max)
+        return key + " = " + std::to_string(val) + " is larger than " + std::to_string(f.max) +
+               ", the most meshrun accepts (docs/mesh.md, Limits); use at most " + std::to_string(f.max);
       if (key == "model.vocab") {
         *static_cast<int64_t*>(p) = val;
       } else if (key == "training.seed") {
         *static_cast<uint64_t*>(p) = static_cast<uint64_t>(val);
       } else {
-        if (val > INT32_MAX) return key + " = " + std::to_string(val) + " is too large";
         *static_cast<int*>(p) = static_cast<int>(val);
       }
       return "";
@@ -289,6 +304,10 @@ std::string store(JobConfig& job, const Field& f, const Scalar& v) {
         std::string near = nearest(v.s, f.choices);
         return key + " = \"" + v.s + "\" is not one of " + join(f.choices) +
                (near.empty() ? "" : "; did you mean \"" + near + "\"?");
+      }
+      if (f.check) {
+        std::string why = f.check(v.s);
+        if (!why.empty()) return key + ": " + why;
       }
       *static_cast<std::string*>(p) = v.s;
       return "";
@@ -572,7 +591,41 @@ Config build_config(const ConfigRequest& r) {
   if (r.environment) apply_environment(cfg, *r.environment);
   for (const auto& f : r.flags) apply_value(cfg, f.key, f.value, Origin{SourceKind::flag, f.flag + "=" + f.value});
   for (const auto& s : r.sets) apply_set(cfg, s);
+  check_limits(cfg);
   return cfg;
+}
+
+void check_limits(const Config& cfg) {
+  const JobConfig& j = cfg.job;
+  // A product of keys against a limit; the error sits at the largest factor's origin, where the fix likely is.
+  auto check = [&](std::initializer_list<std::pair<const char*, int64_t>> factors, int64_t limit,
+                   const std::string& what) {
+    std::vector<int64_t> values;
+    std::string names, shown;
+    const char* largest = factors.begin()->first;
+    int64_t largest_value = 0;
+    for (const auto& [key, v] : factors) {
+      values.push_back(v);
+      names += (names.empty() ? "" : " × ") + std::string(key);
+      shown += (shown.empty() ? "" : " × ") + std::to_string(v);
+      if (v > largest_value) largest = key, largest_value = v;
+    }
+    int64_t p = 1;
+    for (int64_t v : values) p = limits::product({p, v});
+    if (p <= limit) return;
+    std::string where = cfg.origin_of(largest).where;
+    throw ConfigError((where.empty() ? "" : where + ": ") + names + " = " + shown + " = " +
+                      (p == INT64_MAX ? "more than 2^63" : std::to_string(p)) + " " + what + " is more than " +
+                      std::to_string(limit) + ", the most meshrun accepts (docs/mesh.md, Limits); make " + largest +
+                      " smaller");
+  };
+  const LayoutSpec& l = j.parallel;
+  check({{"parallel.tp", l.tp}, {"parallel.cp", l.cp}, {"parallel.pp", l.pp}, {"parallel.dp", std::max(l.dp, 1)}},
+        limits::kWorld, "ranks");
+  check({{"parallel.pp", l.pp}, {"parallel.virtual_stages", l.virtual_stages}}, limits::kLayers, "pipeline chunks");
+  const NodeType* type = find_node_type(j.cluster.node_type);
+  const int64_t gpus = j.cluster.gpus_per_node > 0 ? j.cluster.gpus_per_node : type ? type->gpus_per_node : 1;
+  check({{"cluster.nodes", std::max(j.cluster.nodes, 1)}, {"cluster.gpus_per_node", gpus}}, limits::kWorld, "GPUs");
 }
 
 std::map<std::string, std::string> environment_map(char** envp) {

@@ -1,16 +1,65 @@
 #include "meshrun/hostlist.hpp"
 
+#include <algorithm>
 #include <charconv>
+
+#include "meshrun/limits.hpp"
 
 namespace meshrun {
 namespace {
 
-constexpr size_t kMaxHosts = 1u << 22;  // a typo like node[1-99999999] must not eat the machine
+constexpr int64_t kSaturated = INT64_MAX;
 
-// Expands one bracket body "001-003,7" into zero-padded strings.
-bool expand_range(std::string_view body, std::vector<std::string>& out, std::string* error) {
+int64_t add(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? kSaturated : r;
+}
+int64_t mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? kSaturated : r;
+}
+// Numbers in lo..hi, saturated.
+int64_t span(unsigned long lo, unsigned long hi) {
+  return hi - lo >= static_cast<unsigned long>(kSaturated) ? kSaturated : static_cast<int64_t>(hi - lo) + 1;
+}
+int digits(unsigned long v) {
+  int d = 1;
+  for (; v >= 10; v /= 10) ++d;
+  return d;
+}
+
+struct Range {
+  unsigned long lo = 0, hi = 0;
+  int64_t width = 0;  // the lower bound's width: Slurm's zero padding
+};
+// A literal, or (ranges non-empty) one bracket group.
+struct Part {
+  std::string_view literal;
+  std::vector<Range> ranges;
+};
+using Item = std::vector<Part>;  // one host expression without top-level commas: "rack[1-2]-n[01-02]"
+
+// Characters of the numbers lo..hi, each padded to width, one step per decade (not per number).
+int64_t range_bytes(const Range& r) {
+  int64_t total = 0;
+  for (unsigned long v = r.lo;;) {
+    const int d = digits(v);
+    unsigned long end = r.hi;
+    if (d < 20) {
+      unsigned long top = 1;
+      for (int i = 0; i < d; ++i) top *= 10;
+      end = std::min(end, top - 1);
+    }
+    total = add(total, mul(span(v, end), std::max<int64_t>(d, r.width)));
+    if (end == r.hi) return total;
+    v = end + 1;
+  }
+}
+
+// Parses one bracket body "001-003,7".
+bool parse_ranges(std::string_view body, std::vector<Range>& out, std::string* error) {
   size_t start = 0;
-  while (start <= body.size()) {
+  while (true) {
     size_t comma = body.find(',', start);
     std::string_view item = body.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     if (item.empty()) {
@@ -20,37 +69,26 @@ bool expand_range(std::string_view body, std::vector<std::string>& out, std::str
     size_t dash = item.find('-');
     std::string_view lo = item.substr(0, dash);
     std::string_view hi = dash == std::string_view::npos ? lo : item.substr(dash + 1);
-    unsigned long a = 0, b = 0;
-    auto r1 = std::from_chars(lo.data(), lo.data() + lo.size(), a);
-    auto r2 = std::from_chars(hi.data(), hi.data() + hi.size(), b);
+    Range r;
+    auto r1 = std::from_chars(lo.data(), lo.data() + lo.size(), r.lo);
+    auto r2 = std::from_chars(hi.data(), hi.data() + hi.size(), r.hi);
     if (lo.empty() || hi.empty() || r1.ec != std::errc() || r1.ptr != lo.data() + lo.size() || r2.ec != std::errc() ||
         r2.ptr != hi.data() + hi.size()) {
       *error = "bad range '" + std::string(item) + "' in hostlist; ranges are numbers like 001-128";
       return false;
     }
-    if (b < a) {
+    if (r.hi < r.lo) {
       *error = "range '" + std::string(item) + "' runs backwards; write the lower bound first";
       return false;
     }
-    if (b - a + 1 > kMaxHosts) {
-      *error = "range '" + std::string(item) + "' expands to more than 4194304 hosts; check the bounds";
-      return false;
-    }
-    size_t width = lo.size();
-    for (unsigned long v = a; v <= b; ++v) {
-      std::string num = std::to_string(v);
-      if (num.size() < width) num.insert(0, width - num.size(), '0');
-      out.push_back(std::move(num));
-    }
-    if (comma == std::string_view::npos) break;
+    r.width = static_cast<int64_t>(lo.size());
+    out.push_back(r);
+    if (comma == std::string_view::npos) return true;
     start = comma + 1;
   }
-  return true;
 }
 
-// Expands one host expression without top-level commas: "rack[1-2]-n[01-02]".
-bool expand_one(std::string_view expr, std::vector<std::string>& out, std::string* error) {
-  std::vector<std::string> partial{""};
+bool parse_item(std::string_view expr, Item& out, std::string* error) {
   size_t i = 0;
   while (i < expr.size()) {
     if (expr[i] == '[') {
@@ -59,36 +97,25 @@ bool expand_one(std::string_view expr, std::vector<std::string>& out, std::strin
         *error = "unclosed '[' in hostlist '" + std::string(expr) + "'; close it like node[001-004]";
         return false;
       }
-      std::vector<std::string> nums;
-      if (!expand_range(expr.substr(i + 1, close - i - 1), nums, error)) return false;
-      if (partial.size() * nums.size() > kMaxHosts) {
-        *error = "hostlist '" + std::string(expr) + "' expands to too many hosts; check the ranges";
-        return false;
-      }
-      std::vector<std::string> next;
-      next.reserve(partial.size() * nums.size());
-      for (const auto& p : partial)
-        for (const auto& n : nums) next.push_back(p + n);
-      partial = std::move(next);
+      Part p;
+      if (!parse_ranges(expr.substr(i + 1, close - i - 1), p.ranges, error)) return false;
+      out.push_back(std::move(p));
       i = close + 1;
     } else if (expr[i] == ']') {
       *error = "unexpected ']' in hostlist '" + std::string(expr) + "'";
       return false;
     } else {
-      size_t j = expr.find_first_of("[]", i);
-      std::string_view lit = expr.substr(i, j == std::string_view::npos ? std::string_view::npos : j - i);
-      for (auto& p : partial) p += lit;
-      i = j == std::string_view::npos ? expr.size() : j;
+      size_t j = std::min(expr.find_first_of("[]", i), expr.size());
+      out.push_back(Part{expr.substr(i, j - i), {}});
+      i = j;
     }
   }
-  for (auto& p : partial) out.push_back(std::move(p));
   return true;
 }
 
-}  // namespace
-
-std::optional<std::vector<std::string>> expand_hostlist(std::string_view expr, std::string* error) {
-  std::vector<std::string> hosts;
+// Splits at top-level ',' and ' ' and parses every item.
+std::optional<std::vector<Item>> parse(std::string_view expr, std::string* error) {
+  std::vector<Item> items;
   int depth = 0;
   size_t start = 0;
   for (size_t i = 0; i <= expr.size(); ++i) {
@@ -96,8 +123,12 @@ std::optional<std::vector<std::string>> expand_hostlist(std::string_view expr, s
     if (c == '[') ++depth;
     if (c == ']') --depth;
     if ((c == ',' || c == ' ') && depth == 0) {
-      std::string_view item = expr.substr(start, i - start);
-      if (!item.empty() && !expand_one(item, hosts, error)) return std::nullopt;
+      std::string_view text = expr.substr(start, i - start);
+      if (!text.empty()) {
+        Item item;
+        if (!parse_item(text, item, error)) return std::nullopt;
+        items.push_back(std::move(item));
+      }
       start = i + 1;
     }
   }
@@ -106,9 +137,99 @@ std::optional<std::vector<std::string>> expand_hostlist(std::string_view expr, s
                        : "unbalanced ']' in hostlist '" + std::string(expr) + "'";
     return std::nullopt;
   }
-  if (hosts.empty()) {
+  if (items.empty()) {
     *error = "hostlist '" + std::string(expr) + "' names no hosts";
     return std::nullopt;
+  }
+  return items;
+}
+
+// An item with hosts N, literal characters L and bracket groups j of n_j numbers with D_j characters:
+// N = Π n_j; every host carries the literals, and each number of group j appears in N / n_j hosts.
+HostlistSize item_size(const Item& item) {
+  int64_t hosts = 1, literal = 0;
+  for (const Part& p : item) {
+    if (p.ranges.empty()) literal += static_cast<int64_t>(p.literal.size());
+    int64_t n = 0;
+    for (const Range& r : p.ranges) n = add(n, span(r.lo, r.hi));
+    if (!p.ranges.empty()) hosts = mul(hosts, n);
+  }
+  if (hosts == kSaturated) return {kSaturated, kSaturated};
+  int64_t bytes = mul(hosts, literal);
+  for (const Part& p : item) {
+    if (p.ranges.empty()) continue;
+    int64_t n = 0, d = 0;
+    for (const Range& r : p.ranges) n = add(n, span(r.lo, r.hi)), d = add(d, range_bytes(r));
+    bytes = add(bytes, mul(hosts / n, d));
+  }
+  return {hosts, bytes};
+}
+
+HostlistSize total_size(const std::vector<Item>& items) {
+  HostlistSize total;
+  for (const Item& item : items) {
+    HostlistSize s = item_size(item);
+    total.hosts = add(total.hosts, s.hosts);
+    total.bytes = add(total.bytes, s.bytes);
+  }
+  return total;
+}
+
+bool within_limits(const HostlistSize& s, std::string* error) {
+  if (s.hosts > limits::kHosts) {
+    *error = "expands to " + (s.hosts == kSaturated ? std::string("more than 2^63") : std::to_string(s.hosts)) +
+             " hosts, more than the " + std::to_string(limits::kHosts) +
+             " meshrun accepts (docs/mesh.md, Limits); check the ranges";
+    return false;
+  }
+  if (s.bytes > limits::kHostlistBytes) {
+    *error = "expands to " + std::to_string(s.bytes) + " bytes of host names, more than the " +
+             std::to_string(limits::kHostlistBytes) + " meshrun accepts (docs/mesh.md, Limits); use shorter names";
+    return false;
+  }
+  return true;
+}
+
+std::string number(unsigned long v, int64_t width) {
+  std::string num = std::to_string(v);
+  if (static_cast<int64_t>(num.size()) < width) num.insert(0, static_cast<size_t>(width) - num.size(), '0');
+  return num;
+}
+
+}  // namespace
+
+std::optional<HostlistSize> hostlist_size(std::string_view expr, std::string* error) {
+  auto items = parse(expr, error);
+  if (!items) return std::nullopt;
+  return total_size(*items);
+}
+
+bool check_hostlist(std::string_view expr, std::string* error) {
+  auto size = hostlist_size(expr, error);
+  return size && within_limits(*size, error);
+}
+
+std::optional<std::vector<std::string>> expand_hostlist(std::string_view expr, std::string* error) {
+  auto items = parse(expr, error);
+  if (!items) return std::nullopt;
+  HostlistSize size = total_size(*items);
+  if (!within_limits(size, error)) return std::nullopt;
+  std::vector<std::string> hosts;
+  hosts.reserve(static_cast<size_t>(size.hosts));
+  for (const Item& item : *items) {
+    std::vector<std::string> partial{""};
+    for (const Part& p : item) {
+      if (p.ranges.empty()) {
+        for (auto& h : partial) h += p.literal;
+        continue;
+      }
+      std::vector<std::string> next;
+      for (const auto& h : partial)
+        for (const Range& r : p.ranges)
+          for (unsigned long k = 0; k <= r.hi - r.lo; ++k) next.push_back(h + number(r.lo + k, r.width));
+      partial = std::move(next);
+    }
+    for (auto& h : partial) hosts.push_back(std::move(h));
   }
   return hosts;
 }

@@ -3,6 +3,7 @@
 
 #include "meshrun/hostlist.hpp"
 #include "meshrun/layout.hpp"
+#include "meshrun/limits.hpp"
 
 namespace meshrun {
 namespace {
@@ -10,6 +11,12 @@ std::string node_type_names() {
   std::string s;
   for (const auto& t : node_types()) s += (s.empty() ? "" : ", ") + t.name;
   return s;
+}
+
+// "key=value is larger than limit …; fix" for a size beyond meshrun/limits.hpp.
+Problem over_limit(const char* check, const std::string& what, int64_t value, int64_t limit, const char* fix) {
+  return {check, what + " = " + std::to_string(value) + " is larger than " + std::to_string(limit) +
+                     ", the most meshrun accepts (docs/mesh.md, Limits); " + fix};
 }
 }  // namespace
 
@@ -33,6 +40,24 @@ Cluster resolve_cluster(const ClusterSpec& spec, std::vector<Problem>* problems)
   if (spec.nvlink_domain_gpus <= 0 && type->nvlink_domain_gpus == type->gpus_per_node)
     c.nvlink_domain_gpus = c.gpus_per_node;  // a whole-node NVSwitch domain follows the node's GPU count
   c.type.nvlink_domain_gpus = c.nvlink_domain_gpus;
+  // The config layer bounds each key; these guard specs built in code, and the product of the two.
+  bool too_big = false;
+  if (spec.nodes > limits::kHosts) {
+    problems->push_back(over_limit("size", "cluster.nodes", spec.nodes, limits::kHosts, "use fewer nodes"));
+    too_big = true;
+  }
+  if (c.gpus_per_node > limits::kGpusPerNode || c.nvlink_domain_gpus > limits::kNvlinkDomainGpus) {
+    problems->push_back(c.gpus_per_node > limits::kGpusPerNode
+                            ? over_limit("size", "cluster.gpus_per_node", c.gpus_per_node,
+                                         limits::kGpusPerNode, "set the GPUs of one node")
+                            : over_limit("nvlink-domain", "cluster.nvlink_domain_gpus", c.nvlink_domain_gpus,
+                                         limits::kNvlinkDomainGpus, "set the GPUs of one NVLink domain"));
+    too_big = true;
+  }
+  if (too_big) {  // a refused cluster: one node, no host names (nothing may size an allocation from it)
+    c.nodes = 1;
+    return c;
+  }
   if (c.nvlink_domain_gpus > 1 && c.nvlink_domain_gpus % c.gpus_per_node != 0 &&
       c.gpus_per_node % c.nvlink_domain_gpus != 0)
     problems->push_back({"nvlink-domain", "cluster.nvlink_domain_gpus=" + std::to_string(c.nvlink_domain_gpus) +
@@ -54,6 +79,15 @@ Cluster resolve_cluster(const ClusterSpec& spec, std::vector<Problem>* problems)
     }
   }
   c.nodes = spec.nodes > 0 ? spec.nodes : (c.hosts.empty() ? 1 : static_cast<int>(c.hosts.size()));
+  if (c.gpus() > limits::kWorld) {
+    problems->push_back({"size", "cluster.nodes × gpus_per_node = " + std::to_string(c.nodes) + " × " +
+                                           std::to_string(c.gpus_per_node) + " = " + std::to_string(c.gpus()) +
+                                           " GPUs is more than " + std::to_string(limits::kWorld) +
+                                           ", the most ranks meshrun lays out (docs/mesh.md, Limits); use fewer nodes"});
+    c.nodes = 1;  // a refused cluster: one node, no host names (nothing may size an allocation from it)
+    c.hosts.clear();
+    return c;
+  }
   if (c.hosts.size() != static_cast<size_t>(c.nodes)) {
     c.hosts.clear();
     int width = std::max<int>(4, static_cast<int>(std::to_string(std::max(0, c.nodes - 1)).size()));
@@ -66,7 +100,7 @@ Cluster resolve_cluster(const ClusterSpec& spec, std::vector<Problem>* problems)
   return c;
 }
 
-std::optional<Layout> resolve_layout(const LayoutSpec& spec, int world, std::vector<Problem>* problems) {
+std::optional<Layout> resolve_layout(const LayoutSpec& spec, int64_t world, std::vector<Problem>* problems) {
   Layout l;
   bool ok = true;
   std::string err;
@@ -99,6 +133,29 @@ std::optional<Layout> resolve_layout(const LayoutSpec& spec, int world, std::vec
     ok = false;
   }
   if (!ok) return std::nullopt;
+  // Products in 64 bits against the limits, so that every later product of a layout fits an int.
+  const auto s = [](int64_t v) { return std::to_string(v); };
+  const int64_t model = limits::product({spec.tp, spec.cp, spec.pp});
+  const int64_t ranks = limits::product({model, std::max(spec.dp, 1)});
+  if (world < 1 || world > limits::kWorld) {
+    problems->push_back({"size", "the job has " + s(world) + " GPUs; meshrun lays out 1 to " +
+                                           s(limits::kWorld) + " ranks: change cluster.nodes or gpus_per_node"});
+    ok = false;
+  } else if (model > limits::kWorld || ranks > limits::kWorld) {
+    problems->push_back({"size", "tp·cp·pp·dp = " + s(spec.tp) + "·" + s(spec.cp) + "·" + s(spec.pp) + "·" +
+                                           (spec.dp == 0 ? std::string("auto") : s(spec.dp)) + " is more than " +
+                                           s(limits::kWorld) + " ranks, the most meshrun lays out; use smaller " +
+                                           "parallel.tp/cp/pp/dp sizes"});
+    ok = false;
+  }
+  if (limits::product({spec.pp, spec.virtual_stages}) > limits::kLayers) {
+    problems->push_back({"size", "pp·virtual_stages = " + s(spec.pp) + "·" + s(spec.virtual_stages) + " = " +
+                                          s(int64_t(spec.pp) * spec.virtual_stages) + " pipeline chunks is more than " +
+                                          s(limits::kLayers) + " (each chunk needs a layer); use fewer " +
+                                          "parallel.virtual_stages or a smaller parallel.pp"});
+    ok = false;
+  }
+  if (!ok) return std::nullopt;
   l.tp = spec.tp;
   l.cp = spec.cp;
   l.pp = spec.pp;
@@ -107,7 +164,6 @@ std::optional<Layout> resolve_layout(const LayoutSpec& spec, int world, std::vec
   l.zero_stage = spec.zero_stage;
   l.sequence_parallel = spec.sequence_parallel;
   if (spec.dp == 0) {
-    int64_t model = int64_t(l.tp) * l.cp * l.pp;
     if (world % model != 0) {
       problems->push_back({"world-size", "dp = \"auto\" needs the world size (" + std::to_string(world) +
                                              " GPUs) to be a multiple of tp·cp·pp = " + std::to_string(model) +
@@ -122,7 +178,7 @@ std::optional<Layout> resolve_layout(const LayoutSpec& spec, int world, std::vec
 }
 
 std::optional<std::vector<int>> chunk_layers(int layers, int chunks) {
-  if (chunks < 1 || layers < 1) return std::nullopt;
+  if (chunks < 1 || layers < 1 || layers > limits::kLayers || chunks > layers + 2) return std::nullopt;
   if (layers % chunks == 0) return std::vector<int>(chunks, layers / chunks);
   // Llama 3: the first and last chunk hold one layer fewer, room for the embedding and the output head; with
   // one layer per chunk they hold only those (paper §3.3.2). Needs a layer in some chunk besides them.
@@ -133,6 +189,17 @@ std::optional<std::vector<int>> chunk_layers(int layers, int chunks) {
     return v;
   }
   return std::nullopt;
+}
+
+std::vector<int64_t> divisors_up_to(int64_t n, int64_t limit) {
+  std::vector<int64_t> small, large;
+  for (int64_t d = 1; d <= n / d; ++d)
+    if (n % d == 0) {
+      if (d <= limit) small.push_back(d);
+      if (d != n / d && n / d <= limit) large.push_back(n / d);
+    }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
 }
 
 }  // namespace meshrun

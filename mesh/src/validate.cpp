@@ -15,8 +15,7 @@ std::string s(int64_t v) { return std::to_string(v); }
 // Divisors of n up to limit, for "use one of ..." suggestions.
 std::string divisors(int64_t n, int64_t limit) {
   std::string out;
-  for (int64_t d = 1; d <= n && d <= limit; ++d)
-    if (n % d == 0) out += (out.empty() ? "" : ", ") + s(d);
+  for (int64_t d : divisors_up_to(n, limit)) out += (out.empty() ? "" : ", ") + s(d);
   return out;
 }
 
@@ -32,7 +31,7 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
   const TrainingSpec& t = cfg.training;
 
   check("world-size");
-  if (int64_t(l.world()) != int64_t(cluster.gpus()))
+  if (l.world() != cluster.gpus())
     p.push_back({"world-size", "tp·cp·pp·dp = " + s(l.tp) + "·" + s(l.cp) + "·" + s(l.pp) + "·" + s(l.dp) + " = " +
                                    s(l.world()) + " ranks but the cluster has " + s(cluster.gpus()) + " GPUs (" +
                                    s(cluster.nodes) + " nodes × " + s(cluster.gpus_per_node) +
@@ -69,8 +68,8 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
                                  "; pad the vocabulary to a multiple of tp (vocab-parallel embedding)"});
 
   check("layers-pp");
-  int chunks = l.pp * l.virtual_stages;
-  if (m.layers > 0 && !chunk_layers(m.layers, chunks))
+  const int64_t chunks = int64_t(l.pp) * l.virtual_stages;
+  if (m.layers > 0 && (chunks > int64_t(m.layers) + 2 || !chunk_layers(m.layers, static_cast<int>(chunks))))
     p.push_back({"layers-pp", "model.layers=" + s(m.layers) + " cannot be split over pp·virtual_stages = " + s(l.pp) +
                                   "·" + s(l.virtual_stages) + " = " + s(chunks) +
                                   " pipeline chunks; use a chunk count that divides the layers (" +

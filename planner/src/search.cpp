@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <queue>
+#include <set>
 
 #include "cost.hpp"
 #include "meshrun/config.hpp"
@@ -141,7 +142,12 @@ SearchResult search(const JobConfig& cfg, int top_n) {
           if (!l1) { drop_mesh(Drop::layers_pp); continue; }
           if (family == PipelineSchedule::interleaved) {  // 1F1B is its v = 1 case; v only where the layers split
             pipes.push_back({PipelineSchedule::one_f_one_b, 1, *l1});
-            for (int v = 2; v * pp <= m.layers + 2; ++v)
+            // Only chunk counts pp·v that divide layers or layers + 2 can split: O(√layers) candidates.
+            std::set<int> vs;
+            for (int64_t n : {int64_t(m.layers), int64_t(m.layers) + 2})
+              for (int c : divisors(n))
+                if (c % pp == 0 && c / pp >= 2) vs.insert(c / pp);
+            for (int v : vs)
               if (auto lv = stage_layers(m.layers, pp, v)) pipes.push_back({PipelineSchedule::interleaved, v, *lv});
           } else {
             pipes.push_back({family, 1, *l1});

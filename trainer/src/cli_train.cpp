@@ -372,7 +372,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     std::printf("meshrun-train: %s, %lld parameters, %s; layout tp=%d pp=%d dp=%d zero=%d sp=%s on %d ranks (%s)\n",
                 cfg.model.name.c_str(), static_cast<long long>(trainer.table().global_size()), cfg.training.dtype.c_str(),
                 layout.tp, layout.pp, layout.dp, layout.zero_stage, layout.sequence_parallel ? "on" : "off",
-                layout.world(), layout.order.str().c_str());
+                static_cast<int>(layout.world()), layout.order.str().c_str());
     if (layout.pp > 1)
       std::printf("meshrun-train: pipeline %s, %d stages × %d virtual, %lld micro-batches per step\n",
                   pipeline_schedule_name(trainer.schedule().spec.kind), layout.pp, layout.virtual_stages,

@@ -85,7 +85,13 @@ struct ConfigRequest {
   std::vector<Flag> flags;
   std::vector<std::string> sets;                   // "section.key=value"
 };
+// Ends with check_limits.
 Config build_config(const ConfigRequest& request);
+
+// Products of keys against meshrun/limits.hpp (tp·cp·pp·dp and nodes × gpus_per_node ≤ kWorld,
+// pp·virtual_stages ≤ kLayers); each key alone is bounded when it is stored. Throws ConfigError located at
+// the largest factor's origin.
+void check_limits(const Config& cfg);
 
 // The SLURM_*/SBATCH_* environment layer (config_env.cpp): which variables set which keys.
 void apply_environment(Config& cfg, const std::map<std::string, std::string>& environment);

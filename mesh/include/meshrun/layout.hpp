@@ -35,7 +35,7 @@ struct Layout {
   int virtual_stages = 1;
   int zero_stage = 0;
   bool sequence_parallel = false;
-  int world() const { return tp * cp * pp * dp; }
+  int64_t world() const { return int64_t(tp) * cp * pp * dp; }  // 64-bit: sizes come from input
   int size(Axis a) const;  // ep's size is the expert-parallel degree (it folds into cp·dp)
 };
 
@@ -43,10 +43,10 @@ struct Layout {
 struct NodeType {
   std::string name;
   std::string gpu;                // GPU model key, e.g. "h100-sxm"
-  int gpus_per_node;
-  int nvlink_domain_gpus;         // GPUs that share one NVLink domain (1 = no NVLink)
-  int nics_per_node;              // compute (GPU-facing) NICs
-  bool rail_optimized;            // one NIC per GPU on its own rail
+  int gpus_per_node = 1;
+  int nvlink_domain_gpus = 1;     // GPUs that share one NVLink domain (1 = no NVLink)
+  int nics_per_node = 0;          // compute (GPU-facing) NICs
+  bool rail_optimized = false;    // one NIC per GPU on its own rail
   std::string description;
 };
 const std::vector<NodeType>& node_types();
@@ -59,21 +59,31 @@ struct Cluster {
   int nvlink_domain_gpus = 1;
   NodeType type;
   std::vector<std::string> hosts;  // one per node
-  int gpus() const { return nodes * gpus_per_node; }
+  int64_t gpus() const { return int64_t(nodes) * gpus_per_node; }  // ≤ limits::kWorld once resolved
   // NVLink domain index of a global GPU slot (node * gpus_per_node + local).
   int nvlink_domain_of(int node, int local) const;
 };
-// Resolves node type defaults, the NVLink domain and host names. Problems go to *problems.
+// Resolves node type defaults, the NVLink domain and host names. Problems go to *problems; beyond
+// meshrun/limits.hpp (nodes, GPUs per node, nodes × GPUs) it names the key and returns one node without
+// host names.
 Cluster resolve_cluster(const ClusterSpec& spec, std::vector<Problem>* problems);
 
-// Resolves "auto" (dp = 0) and parses the order. world = the number of GPUs (ranks) the job gets.
-std::optional<Layout> resolve_layout(const LayoutSpec& spec, int world, std::vector<Problem>* problems);
+// Resolves "auto" (dp = 0) and parses the order. world = the number of GPUs (ranks) the job gets. Refuses
+// (nullopt + a problem) a world or tp·cp·pp·dp beyond limits::kWorld and pp·virtual_stages beyond
+// limits::kLayers, so a resolved layout's products all fit an int.
+std::optional<Layout> resolve_layout(const LayoutSpec& spec, int64_t world, std::vector<Problem>* problems);
 
 // Layer placement over pipeline chunks (pp · virtual_stages of them): even, or Llama 3's split where the
 // first and last chunks hold one layer fewer (room for the embedding and the output head).
+// nullopt when no split exists, including chunks > layers + 2 and layers > limits::kLayers (so the vector
+// stays small whatever the input).
 std::optional<std::vector<int>> chunk_layers(int layers, int chunks);
 
-// Every check of a layout against model, training setup and cluster. Empty = valid.
+// The divisors of n (n ≥ 1) that are ≤ limit, ascending; O(√n) steps.
+std::vector<int64_t> divisors_up_to(int64_t n, int64_t limit);
+
+// Every check of a layout against model, training setup and cluster. Empty = valid. Expects a layout from
+// resolve_layout and a cluster from resolve_cluster; throws nothing but std::bad_alloc.
 // `checks_run` (optional) receives the name of every check performed, for the dry run's "checks passed".
 std::vector<Problem> validate(const JobConfig& cfg, const Layout& layout, const Cluster& cluster,
                               std::vector<std::string>* checks_run = nullptr);
