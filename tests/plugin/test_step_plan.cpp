@@ -156,3 +156,50 @@ TEST_CASE("dry run of a big step shows the first and last nodes only") {
   CHECK(text.find("node 255 (") != std::string::npos);
   CHECK(text.find("r2047[") != std::string::npos);
 }
+
+// The reproducers of tests/mesh/robustness_cases.txt as the plugin reads them (--mesh-template): refused
+// with a line naming the key, never an abort. Cases that need --set are the CLI's.
+TEST_CASE("hostile templates are refused in the step plan, naming the key") {
+  std::ifstream cases(MESHRUN_ROBUSTNESS_CASES);
+  REQUIRE(cases);
+  auto field = [](std::string& line) {
+    size_t bar = line.find('|');
+    std::string f = line.substr(0, bar);
+    line = bar == std::string::npos ? "" : line.substr(bar + 1);
+    f.erase(0, f.find_first_not_of(' '));
+    f.erase(f.find_last_not_of(' ') + 1);
+    return f;
+  };
+  int seen = 0;
+  for (std::string line; std::getline(cases, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::string name = field(line), key = field(line), args = field(line), bytes = line.substr(1);
+    if (args.find("--set") != std::string::npos) continue;
+    std::string text;  // printf %b: the cases use \n only
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      if (bytes[i] == '\\' && i + 1 < bytes.size() && bytes[i + 1] == 'n') text += '\n', ++i;
+      else text += bytes[i];
+    }
+    const std::string path = "meshrun-test-robust.toml";
+    std::ofstream(path) << text;
+    MeshOptions o;
+    o.template_file = path;
+    auto p = plan_step(o, {}, step(2, 8));
+    std::remove(path.c_str());
+    INFO(name << ": " << p.error_text());
+    CHECK_FALSE(p.layout);
+    CHECK(mentions(p, key));
+    ++seen;
+  }
+  CHECK(seen >= 15);
+}
+
+TEST_CASE("an early refusal still returns a well-defined cluster") {
+  auto p = plan_step(opts(2, 2, 0), {}, step(3, 8));  // tasks do not spread: returns before the cluster is resolved
+  REQUIRE_FALSE(p.problems.empty());
+  CHECK(p.cluster.nodes == 1);
+  CHECK(p.cluster.type.gpus_per_node == 1);
+  CHECK(p.cluster.type.nvlink_domain_gpus == 1);
+  CHECK(p.cluster.type.nics_per_node == 0);
+  CHECK_FALSE(p.cluster.type.rail_optimized);
+}

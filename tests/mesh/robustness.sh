@@ -1,0 +1,57 @@
+#!/bin/bash
+# Hostile templates (tests/mesh/robustness_cases.txt) to `meshrun plan`, each under a 1 GiB address-space
+# limit and a 20 s guard against hangs: exit 2, nothing on stdout, every stderr line one "meshrun plan:"
+# problem, one of them naming the case's key at its origin (FILE:LINE:COL or the --set that gave it).
+# The positive control: the largest allowed values of the same keys still plan (exit 0).
+# usage: robustness.sh MESHRUN CASES      (run from the repository root)
+set -u
+bin=$1
+cases=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# run TEMPLATE ARGS... -> $rc, $tmp/out, $tmp/err
+run() {
+  (ulimit -v 1048576 && exec timeout 20 env -i PATH="$PATH" "$bin" plan --no-site "$@") > "$tmp/out" 2> "$tmp/err"
+  rc=$?
+}
+
+while IFS='|' read -r name key args bytes; do
+  case "$name" in '#'*|'') continue ;; esac
+  name=$(echo $name) key=$(echo $key) bytes=${bytes# }
+  printf '%b' "$bytes" > "$tmp/case.toml"
+  # shellcheck disable=SC2086  # args are words
+  run "$tmp/case.toml" $args
+  located=$(grep -E "^meshrun plan: ($tmp/case\.toml:[0-9]+:[0-9]+|--set [^ ]+): .*$key" "$tmp/err" | head -1)
+  others=$(grep -vc '^meshrun plan: ' "$tmp/err")
+  if [ "$rc" -ne 2 ] || [ -s "$tmp/out" ] || [ -z "$located" ] || [ "$others" -ne 0 ]; then
+    echo "FAIL $name: rc=$rc stdout=$(wc -c < "$tmp/out")B stderr: $(head -c 600 "$tmp/err")"
+    failures=$((failures + 1))
+  else
+    echo "ok   $name: ${located#meshrun plan: "$tmp"/}"
+  fi
+done < "$cases"
+
+# Positive controls at the limits (docs/mesh.md, Limits): these must plan.
+expect_ok() {
+  local name=$1 bytes=$2
+  shift 2
+  printf '%b' "$bytes" > "$tmp/ok.toml"
+  run "$tmp/ok.toml" "$@"
+  if [ "$rc" -ne 0 ] || [ -s "$tmp/err" ]; then
+    echo "FAIL $name (at the limit, must plan): rc=$rc stderr: $(head -c 600 "$tmp/err")"
+    failures=$((failures + 1))
+  else
+    echo "ok   $name plans"
+  fi
+}
+expect_ok "gpus_per_node = 1024" '[cluster]\nnodes = 2\ngpus_per_node = 1024\n[training]\nglobal_batch_size = 2048\n'
+expect_ok "layers = 1024 over pp·virtual_stages = 2·512 chunks" \
+  '[model]\nlayers = 1024\n[cluster]\ngpus_per_node = 2\n[parallel]\npp = 2\nvirtual_stages = 512\npipeline_schedule = "interleaved"\n[training]\nglobal_batch_size = 2\n'
+expect_ok "experts = 65536, ep = 2" '[model]\nexperts = 65536\ntop_k = 2\n[cluster]\ngpus_per_node = 2\n[parallel]\nep = 2\n'
+expect_ok "cp = 1024, seq_len = 16777216" '[cluster]\ngpus_per_node = 1024\n[parallel]\ncp = 1024\n[training]\nseq_len = 16777216\n'
+expect_ok "hostlist of 65536 hosts" '[cluster]\nhostlist = "n[00000-65535]"\ngpus_per_node = 1\n[training]\nglobal_batch_size = 65536\n'
+
+echo "$failures failures"
+[ "$failures" -eq 0 ]
