@@ -1,6 +1,10 @@
 // Reads a node's topology with hwloc (live with I/O discovery, or an XML export) and completes NVLink from
 // hwloc's NVLinkBandwidth matrix, NVML, or the declared node type.
+#include <fcntl.h>
 #include <hwloc.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <type_traits>
 
 #include "meshrun/bounded_file.hpp"
 #include "meshrun/topology.hpp"
@@ -94,7 +100,124 @@ PathLevel path_between(hwloc_obj_t a, hwloc_obj_t b, int* common_depth) {
     return std::max(bridges_below(a), bridges_below(b)) <= 1 ? PathLevel::pix : PathLevel::pxb;
   }
   if (c->type == HWLOC_OBJ_PCI_DEVICE) return PathLevel::pix;  // functions of one device
-  return hwloc_bitmap_weight(c->nodeset) <= 1 ? PathLevel::node : PathLevel::sys;
+  return !c->nodeset || hwloc_bitmap_weight(c->nodeset) <= 1 ? PathLevel::node : PathLevel::sys;
+}
+
+// Only PUs, NUMA, packages and I/O matter here: skip caches, memory attributes and CPU kinds (faster), and
+// never let discovery rebind the calling process (it may run inside slurmstepd).
+void configure(hwloc_topology_t t, bool xml) {
+  hwloc_topology_set_cache_types_filter(t, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_icache_types_filter(t, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_flags(t, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING | HWLOC_TOPOLOGY_FLAG_NO_MEMATTRS |
+                                  HWLOC_TOPOLOGY_FLAG_NO_CPUKINDS);
+  // From XML, keep every I/O object the file has (the default filter would drop them all on import).
+  hwloc_topology_set_io_types_filter(t, xml ? HWLOC_TYPE_FILTER_KEEP_ALL : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+}
+
+// Limits of the child that tries a user's XML first (check_xml_in_child).
+constexpr long kProbeMemoryBytes = 2L << 30;  // on top of the address space the caller already has
+constexpr rlim_t kProbeCpuSeconds = 20;
+constexpr int kProbeWallMs = 30000;
+
+long address_space_bytes() {  // the caller's current virtual size (/proc/self/statm, first field in pages)
+  long pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  return pages * ::sysconf(_SC_PAGESIZE);
+}
+
+// Lowers a limit, never raises it (a caller's own ulimit stays in force, even for root).
+void lower_limit(int resource, rlim_t value) {
+  rlimit r{};
+  if (::getrlimit(resource, &r) != 0) return;
+  r.rlim_cur = std::min(r.rlim_cur, value);
+  r.rlim_max = std::min(r.rlim_max, value);
+  ::setrlimit(resource, &r);
+}
+
+// libhwloc 2.9 crashes inside hwloc_topology_load on some malformed XML (SIGSEGV on a root object without
+// complete_cpuset or complete_nodeset; hwloc-info --input crashes on them too), and this runs inside
+// slurmstepd for the plugin. So a forked child loads the buffer first, under memory and CPU limits and a
+// wall-clock timeout; the caller loads only a buffer the child loaded (same bytes, same settings, same
+// library). The child does nothing but the load and _exit: after fork in a multi-threaded host only this
+// thread exists, and neither atexit handlers nor the host's stdio buffers may run or flush there.
+void check_xml_in_child(const std::string& xml_text, const std::string& path) {
+  const std::string fix = "; check it with hwloc-info --input " + path + " or re-export it with lstopo --of xml";
+  const rlim_t mem = static_cast<rlim_t>(address_space_bytes() + kProbeMemoryBytes);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw TopologyError("topology XML " + path + ": cannot fork to check it (" + std::strerror(errno) + ")");
+  if (pid == 0) {
+    if (const int null = ::open("/dev/null", O_RDWR); null >= 0) {  // hwloc's complaints are the parent's to report
+      ::dup2(null, STDOUT_FILENO);
+      ::dup2(null, STDERR_FILENO);
+    }
+    const rlimit none{0, 0};
+    ::setrlimit(RLIMIT_CORE, &none);
+    lower_limit(RLIMIT_AS, mem);
+    lower_limit(RLIMIT_CPU, kProbeCpuSeconds);
+    sigset_t fatal;  // the host's handlers and masks must not turn a crash here into something else
+    ::sigemptyset(&fatal);
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGXCPU}) {
+      ::signal(sig, SIG_DFL);
+      ::sigaddset(&fatal, sig);
+    }
+    ::sigprocmask(SIG_UNBLOCK, &fatal, nullptr);
+    hwloc_topology_t t = nullptr;
+    bool ok = hwloc_topology_init(&t) == 0;
+    if (ok) configure(t, true);
+    ok = ok && hwloc_topology_set_xmlbuffer(t, xml_text.c_str(), static_cast<int>(xml_text.size() + 1)) == 0 &&
+         hwloc_topology_load(t) == 0;
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  for (int waited_ms = 0, step_ms = 1;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR)
+      throw TopologyError("topology XML " + path + ": lost the process that checks it (" + std::strerror(errno) + ")");
+    if (waited_ms >= kProbeWallMs) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+      throw TopologyError("topology XML " + path + ": libhwloc did not finish reading it in " +
+                          std::to_string(kProbeWallMs / 1000) + " s" + fix);
+    }
+    ::usleep(static_cast<useconds_t>(step_ms) * 1000);
+    waited_ms += step_ms;
+    step_ms = std::min(step_ms * 2, 50);
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    throw TopologyError("topology XML " + path + ": libhwloc " +
+                        (sig == SIGXCPU ? "used more than " + std::to_string(kProbeCpuSeconds) + " s of CPU time reading it"
+                                        : "crashed reading it (signal " + std::to_string(sig) + ")") + fix);
+  }
+  if (WEXITSTATUS(status) != 0)
+    throw TopologyError("hwloc could not load '" + path + "' (XML version > 2 or malformed); export it with hwloc 2.x");
+}
+
+// The stored value of an enum field, read as its integer: hwloc copies these from the XML unchecked
+// (osdev_type="8", bridge_type="2-1" load fine), and loading an undefined value as the enum is undefined.
+template <class E>
+long stored(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<long>(v);
+}
+
+// Refuses I/O objects whose enum attributes hwloc does not define, before any code compares them.
+void check_io_enums(hwloc_topology_t t, const std::string& path) {
+  auto bad = [&](hwloc_obj_t o, const std::string& what) {
+    return TopologyError("topology XML " + path + ": " + hwloc_obj_type_string(o->type) + (o->name ? std::string(" ") + o->name : "") +
+                         " (gp_index " + std::to_string(o->gp_index) + ") has " + what +
+                         ", which hwloc does not define; re-export it with lstopo --of xml");
+  };
+  for (hwloc_obj_t o = hwloc_get_next_osdev(t, nullptr); o; o = hwloc_get_next_osdev(t, o))
+    if (const long v = stored(o->attr->osdev.type); v < HWLOC_OBJ_OSDEV_BLOCK || v > HWLOC_OBJ_OSDEV_COPROC)
+      throw bad(o, "osdev_type=\"" + std::to_string(v) + "\"");
+  for (hwloc_obj_t o = hwloc_get_next_bridge(t, nullptr); o; o = hwloc_get_next_bridge(t, o)) {
+    const long up = stored(o->attr->bridge.upstream_type), down = stored(o->attr->bridge.downstream_type);
+    if ((up != HWLOC_OBJ_BRIDGE_HOST && up != HWLOC_OBJ_BRIDGE_PCI) || down != HWLOC_OBJ_BRIDGE_PCI)
+      throw bad(o, "bridge_type=\"" + std::to_string(up) + "-" + std::to_string(down) + "\"");
+  }
 }
 
 }  // namespace
@@ -103,12 +226,7 @@ NodeTopology load_topology(const TopologyRequest& req) {
   Hwloc h;
   if (hwloc_topology_init(&h.t) != 0) throw TopologyError("hwloc_topology_init failed; out of memory?");
   const bool xml = !req.xml_path.empty();
-  // Only PUs, NUMA, packages and I/O matter here: skip caches, memory attributes and CPU kinds (faster), and
-  // never let discovery rebind the calling process (it may run inside slurmstepd).
-  hwloc_topology_set_cache_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_icache_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_flags(h.t, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING | HWLOC_TOPOLOGY_FLAG_NO_MEMATTRS |
-                                    HWLOC_TOPOLOGY_FLAG_NO_CPUKINDS);
+  configure(h.t, xml);
   std::string xml_text;  // must outlive hwloc_topology_load
   if (xml) {
     // Read here (a regular file of at most 64 MiB) and hand hwloc the buffer: hwloc itself would open a FIFO
@@ -116,17 +234,15 @@ NodeTopology load_topology(const TopologyRequest& req) {
     std::string error;
     if (!read_bounded_file(req.xml_path, kTopologyXmlLimit, "topology XML", &xml_text, &error))
       throw TopologyError(error + " (an hwloc export: lstopo --of xml FILE)");
-    // Keep every I/O object the file has (the default filter would drop them all on import).
-    hwloc_topology_set_io_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_ALL);
+    check_xml_in_child(xml_text, req.xml_path);
     if (hwloc_topology_set_xmlbuffer(h.t, xml_text.c_str(), static_cast<int>(xml_text.size() + 1)) != 0)
       throw TopologyError("'" + req.xml_path + "' is not an hwloc XML topology; export one with lstopo --of xml");
-  } else {
-    hwloc_topology_set_io_types_filter(h.t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   }
   if (hwloc_topology_load(h.t) != 0)
     throw TopologyError(xml ? "hwloc could not load '" + req.xml_path + "' (XML version > 2 or malformed); "
                                   "export it with hwloc 2.x"
                             : std::string("hwloc could not discover this machine; set HWLOC_XMLFILE or pass --xml"));
+  if (xml) check_io_enums(h.t, req.xml_path);
 
   NodeTopology topo;
   topo.source = xml ? req.xml_path : "live";

@@ -291,6 +291,19 @@ EOS
     [ "$(echo "$out" | grep -c PLAIN-RAN)" = 4 ] || fail "jobs without --mesh-* options must still run: $out"
     state=$(T sinfo -h -o '%T' | sort -u | tr '\n' ' ')
     echo "$state" | grep -Eq 'drain|down' && fail "nodes drained: $state"
+    # XML that crashes libhwloc itself: slurmstepd (root) must survive it; the tasks fail with the message.
+    crash=$HERE/../topology/fixtures/malformed/root-without-complete-cpuset.xml
+    sed "s|topology_xml=[^ ]*|topology_xml=$crash|" "$WORK/plugstack.good" >"$conf.tmp" && mv -f "$conf.tmp" "$conf"
+    out=$(T srun -N 2 --ntasks-per-node=2 --mesh-tp=2 echo TASK-RAN 2>&1); rc=$?
+    echo "$out"
+    [ $rc -ne 0 ] || fail "srun returned 0 with a topology that crashes hwloc"
+    echo "$out" | grep -q 'meshrun: topology XML .*root-without-complete-cpuset.xml: libhwloc crashed reading it (signal 11)' ||
+      fail "no message naming the crash"
+    echo "$out" | grep -q TASK-RAN && fail "a task ran without its environment"
+    out=$(T srun -N 2 --ntasks-per-node=2 echo PLAIN-RAN 2>&1)
+    [ "$(echo "$out" | grep -c PLAIN-RAN)" = 4 ] || fail "after the crashing XML, jobs without --mesh-* no longer run: $out"
+    state=$(T sinfo -h -o '%T' | sort -u | tr '\n' ' ')
+    echo "$state" | grep -Eq 'drain|down' && fail "nodes drained after the crashing XML: $state"
     say "broken topology: tasks failed with the message, nodes $state"
     ;;
 

@@ -151,6 +151,18 @@ TEST_CASE("topology errors are one actionable line") {
   CHECK_THROWS_AS(load_topology(r), TopologyError);
 }
 
+TEST_CASE("XML that crashes libhwloc is one error here, and this process lives on") {
+  // Each load forks a child that hwloc crashes in (signal 11); the parent only reads its exit status.
+  for (const char* f : {"malformed/root-without-complete-cpuset.xml", "malformed/root-without-complete-nodeset.xml"}) {
+    INFO(f);
+    CHECK_THROWS_WITH(load(f), Catch::Contains(fixture(f)) && Catch::Contains("libhwloc crashed reading it (signal 11)") &&
+                                   Catch::Contains("hwloc-info --input") && !Catch::Contains("\n"));
+  }
+  CHECK_THROWS_WITH(load("malformed/osdev-type-8.xml"), Catch::Contains("OSDev mlx5_0 (gp_index 6) has osdev_type=\"8\""));
+  CHECK_THROWS_WITH(load("malformed/bridge-type-2-1.xml"), Catch::Contains("has bridge_type=\"2-1\""));
+  CHECK(load("dgx-h100.xml").gpus.size() == 8);  // and a good file still loads after them
+}
+
 TEST_CASE("live machine loads (no GPU here is fine)") {
   TopologyRequest r;
   r.use_nvml = false;

@@ -49,6 +49,29 @@ done
 head -c $((64 * 1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$tmp/big.xml"
 err=$( (ulimit -v 1000000; timeout 20 "$bin" topo --no-site --xml "$tmp/big.xml") 2>&1 >/dev/null); rc=$?
 check "topology XML over 64 MiB refused" "[ $rc -eq 2 ] && echo \"\$err\" | grep -q 'larger than 64 MiB'"
+# Malformed XML (fixtures/malformed): libhwloc 2.9 itself crashes on the first two (checked below with
+# hwloc-info, so the case proves something), and hands undefined enum values through on the others. Every
+# entry point answers one line and exit 2, under a memory cap and a timeout.
+for case in root-without-complete-cpuset:'crashed reading it (signal 11)' \
+            root-without-complete-nodeset:'crashed reading it (signal 11)' \
+            osdev-type-8:'osdev_type="8", which hwloc does not define' \
+            bridge-type-2-1:'bridge_type="2-1", which hwloc does not define'; do
+  name=${case%%:*} want=${case#*:} f="$fixtures/malformed/${case%%:*}.xml"
+  case $want in crashed*)
+    if command -v hwloc-info >/dev/null; then
+      (ulimit -c 0; timeout 20 hwloc-info --input "$f" >/dev/null 2>&1); rc=$?
+      check "$name: hwloc-info itself crashes on it (rc $rc, expected 139 = SIGSEGV)" "[ $rc -eq 139 ]"
+    fi;;
+  esac
+  for cmd in "topo --no-site --xml $f" \
+             "plan $tiny --set cluster.node_type=dgx-h100 --set cluster.gpus_per_node=8 --topology $f" \
+             "exec --no-site --topology $f --rank 0 --world-size 8 --print-env"; do
+    err=$( (ulimit -v 1048576; ulimit -c 0; timeout 60 "$bin" $cmd) 2>&1 >/dev/null); rc=$?
+    check "$name: meshrun ${cmd%% *} exits 2 (rc $rc)" "[ $rc -eq 2 ]"
+    check "$name: meshrun ${cmd%% *}: one line naming the file and the problem: $err" \
+          "[ \$(echo \"\$err\" | wc -l) -eq 1 ] && echo \"\$err\" | grep -qF -- '$f' && echo \"\$err\" | grep -qF -- '$want'"
+  done
+done
 # Multi-node NVLink (GB200 NVL72 trays): no IMEX channel on this machine -> the task is refused with one line;
 # NCCL_MNNVL_ENABLE=0 in [env] runs it. Skipped where a real IMEX channel exists.
 gb="$bin exec --no-site --topology $fixtures/gb200-tray.xml --set cluster.node_type=gb200-nvl72 --nodes 2 --gpus-per-node 4 --mesh-tp 4 --set training.global_batch_size=64 --rank 0 --world-size 8 --master-addr n1"

@@ -47,6 +47,22 @@ TEST_CASE("missing, empty, ragged, too-short and out-of-vocabulary token files a
   CHECK_NOTHROW(TokenFile(d.file("big.bin"), "uint16", 300, 8, 4));
 }
 
+TEST_CASE("a uint32 id >= 2^31 is refused, not read back as a negative int32", "[trainer][data]") {
+  TempDir d;
+  // The audit's reproducer without its first (selector) byte: ids 1, 0xffffff01, 255.
+  const std::string bytes("\x01\x00\x00\x00\x01\xff\xff\xff\xff\x00\x00\x00", 12);
+  { std::ofstream(d.file("neg.bin"), std::ios::binary) << bytes; }
+  CHECK_THROWS_WITH(TokenFile(d.file("neg.bin"), "uint32", 256, 1, 2),
+                    Catch::Contains("neg.bin") && Catch::Contains("token 1 has id 4294967041 >= model.vocab (256)"));
+  // The largest vocabulary whose ids fit an int32 still reads the id back unchanged.
+  const std::string top("\x00\x00\x00\x00\xff\xff\xff\x7f\x05\x00\x00\x00", 12);
+  { std::ofstream(d.file("top.bin"), std::ios::binary) << top; }
+  const TokenFile f(d.file("top.bin"), "uint32", std::int64_t{1} << 31, 1, 2);
+  CHECK(f.at(1) == 0x7fffffff);
+  CHECK_THROWS_WITH(TokenFile(d.file("top.bin"), "uint32", (std::int64_t{1} << 31) + 1, 1, 2), Catch::Contains("2^31"));
+  CHECK_THROWS_WITH(TokenFile(d.file("top.bin"), "uint32", 0, 1, 2), Catch::Contains("model.vocab = 0"));
+}
+
 TEST_CASE("unshuffled sequence i of step s starts at token (s·B + i)·S", "[trainer][data]") {
   TempDir d;
   write_u16(d.file("t.bin"), iota16(1000, 1000));

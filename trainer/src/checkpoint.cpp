@@ -16,8 +16,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
+
+#include "json_read.hpp"
 
 namespace meshrun::train {
 
@@ -239,22 +243,47 @@ json must_match(const JobConfig& c, std::int64_t data_tokens) {
 json read_json_file(const std::string& path) {
   std::ifstream is(path, std::ios::binary);
   if (!is) throw CheckpointError("cannot read " + path + "; the checkpoint directory is incomplete");
+  // A manifest is a few KiB per rank; a larger file is not one (and is not read into memory whole).
+  constexpr std::streamsize kMaxManifest = 256 << 20;
+  std::string text(static_cast<std::size_t>(kMaxManifest) + 1, '\0');
+  is.read(text.data(), kMaxManifest + 1);
+  text.resize(static_cast<std::size_t>(is.gcount()));
+  if (text.size() > static_cast<std::size_t>(kMaxManifest))
+    throw CheckpointError(path + ": larger than 256 MiB, not a meshrun manifest; the checkpoint is damaged: remove it or point latest at an older step");
   try {
-    return json::parse(is);
-  } catch (const json::exception& e) {
-    throw CheckpointError(path + ": malformed JSON (" + std::string(e.what()) + "); the checkpoint is damaged: remove it or point latest at an older step");
+    return parse_json_bounded<CheckpointError>(text, path);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(std::string(e.what()) + "; the checkpoint is damaged: remove it or point latest at an older step");
   }
 }
 
 // A field of the manifest, with a one-line error naming it when it is missing or of the wrong type.
+// Integers must be integers in range (never a float truncated or a large value wrapped).
 template <class V>
 V field(const json& j, const std::string& key, const std::string& where, const std::string& file) {
   if (!j.is_object() || !j.contains(key))
     throw CheckpointError(file + ": " + where + key + " is missing; the manifest is damaged or from another tool");
-  try {
-    return j.at(key).get<V>();
-  } catch (const json::exception&) {
-    throw CheckpointError(file + ": " + where + key + " has the wrong type (" + j.at(key).dump() + ")");
+  const json& v = j.at(key);
+  auto wrong = [&] { return CheckpointError(file + ": " + where + key + " has the wrong type (" + json_snippet(v) + ")"); };
+  if constexpr (std::is_same_v<V, int> || std::is_same_v<V, std::int64_t>) {
+    const auto n = json_int(v, std::numeric_limits<V>::min(), std::numeric_limits<V>::max());
+    if (!n) throw wrong();
+    return static_cast<V>(*n);
+  } else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) {
+    if (!v.is_array()) throw wrong();
+    V out;
+    for (const json& x : v) {
+      const auto n = json_int(x, std::numeric_limits<std::int64_t>::min());
+      if (!n) throw wrong();
+      out.push_back(*n);
+    }
+    return out;
+  } else {
+    try {
+      return v.get<V>();
+    } catch (const json::exception&) {
+      throw wrong();
+    }
   }
 }
 
@@ -292,24 +321,13 @@ class ShardReader {
     std::string header(static_cast<std::size_t>(n), '\0');
     if (::pread(fd_, header.data(), n, 8) != static_cast<ssize_t>(n)) throw CheckpointError(path + ": cannot read the header");
     payload_ = 8 + n;
-    json h;
+    // Checked against the size the manifest records, so a truncated shard still names its lost tensor below.
+    const std::uint64_t payload_bytes = static_cast<std::uint64_t>(std::max(expected_bytes, size_)) - payload_;
     try {
-      h = json::parse(header);
-    } catch (const json::exception& e) {
-      throw CheckpointError(path + ": malformed safetensors header (" + std::string(e.what()) + ")");
-    }
-    for (auto it = h.begin(); it != h.end(); ++it) {
-      if (it.key() == "__metadata__") continue;
-      try {
-        ShardEntry e;
-        e.dtype = it->at("dtype").get<std::string>();
-        e.shape = it->at("shape").get<std::vector<std::int64_t>>();
-        e.begin = it->at("data_offsets").at(0).get<std::uint64_t>();
-        e.end = it->at("data_offsets").at(1).get<std::uint64_t>();
-        entries_[it.key()] = e;
-      } catch (const json::exception&) {
-        throw CheckpointError(path + ": tensor " + it.key() + ": header entry lacks dtype, shape or data_offsets");
-      }
+      const SafetensorsHeader parsed = parse_safetensors_header(header, payload_bytes, path);
+      for (const auto& [k, t] : parsed.tensors) entries_[k] = ShardEntry{t.dtype, t.shape, t.begin, t.end};
+    } catch (const SafetensorsError& e) {
+      throw CheckpointError(std::string(e.what()) + "; restore the shard or resume from an older step");
     }
     if (size_ != expected_bytes) {  // name the first tensor whose bytes are gone (or the first one)
       std::string tensor = first_tensor;
@@ -395,7 +413,11 @@ Manifest read_manifest(const std::string& path) {
   if (m.dtype != "F32" && m.dtype != "F64") throw CheckpointError(m.file + ": dtype \"" + m.dtype + "\" is not F32 or F64");
   for (const json& t : field<json>(r, "tensors", "", m.file)) {
     const std::string name = field<std::string>(t, "name", "tensors[].", m.file);
-    m.shapes[name] = field<std::vector<std::int64_t>>(t, "shape", "tensor " + name + ": ", m.file);
+    const auto shape = field<std::vector<std::int64_t>>(t, "shape", "tensor " + name + ": ", m.file);
+    // Dimensions below 2^31 keep every element index and slice product far inside int64.
+    if (shape.empty() || shape.size() > 2 || std::any_of(shape.begin(), shape.end(), [](std::int64_t d) { return d < 1 || d >= (std::int64_t{1} << 31); }))
+      throw CheckpointError(m.file + ": tensor " + name + ": shape " + shape_text(shape) + " is not 1 or 2 dimensions in [1, 2^31)");
+    m.shapes[name] = shape;
     m.order.push_back(name);
   }
   for (const json& f : field<json>(r, "files", "", m.file)) {
@@ -425,7 +447,7 @@ Manifest read_manifest(const std::string& path) {
       mp.a = range[0];
       mp.b = range[1];
       const std::int64_t R = it->second.at(0), C = it->second.size() > 1 ? it->second[1] : 1;
-      if (mp.row0 < 0 || mp.col0 < 0 || mp.rows <= 0 || mp.cols <= 0 || mp.row0 + mp.rows > R || mp.col0 + mp.cols > C ||
+      if (mp.row0 < 0 || mp.col0 < 0 || mp.rows <= 0 || mp.cols <= 0 || mp.rows > R - mp.row0 || mp.cols > C - mp.col0 ||
           mp.a < 0 || mp.b <= mp.a || mp.b > mp.rows * mp.cols)
         throw CheckpointError(m.file + ": " + mf.name + ": tensor " + mp.tensor + ": slice lies outside the tensor's shape " +
                               shape_text(it->second));

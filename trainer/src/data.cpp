@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +28,9 @@ int token_width(const std::string& dtype) {
 TokenFile::TokenFile(const std::string& path, const std::string& token_dtype, std::int64_t vocab,
                      std::int64_t seq_len, std::int64_t global_batch)
     : path_(path), width_(token_width(token_dtype)) {
+  // Ids travel as int32 in the batches: a larger vocabulary could not be represented.
+  if (vocab <= 0 || vocab > std::int64_t{INT32_MAX} + 1)
+    throw DataError("model.vocab = " + std::to_string(vocab) + " is outside [1, 2^31]; token ids are int32 in the batches");
   if (path.empty()) throw DataError("data.path is not set; point it at a token file (meshrun-tokenize makes one)");
   // O_NONBLOCK: a FIFO must not block open(); the type is checked on the opened descriptor.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
@@ -60,11 +64,11 @@ TokenFile::TokenFile(const std::string& path, const std::string& token_dtype, st
                     std::to_string(need) + " = global_batch_size·seq_len + 1); use more text or a smaller batch");
   }
   windows_ = (n_ - 1) / seq_len;
+  // Compared unsigned and 64-bit: a uint32 id >= 2^31 must not pass as a negative int32.
   for (std::int64_t i = 0; i < n_; ++i) {
-    if (at(i) >= vocab) {
-      const std::int64_t bad = at(i);
+    if (const std::uint32_t id = raw(i); id >= static_cast<std::uint64_t>(vocab)) {
       unmap();
-      throw DataError("token file " + path + ": token " + std::to_string(i) + " has id " + std::to_string(bad) +
+      throw DataError("token file " + path + ": token " + std::to_string(i) + " has id " + std::to_string(id) +
                       " >= model.vocab (" + std::to_string(vocab) + "); raise model.vocab or retokenize");
     }
   }
@@ -77,11 +81,11 @@ void TokenFile::unmap() {
   data_ = nullptr;
 }
 
-std::int32_t TokenFile::at(std::int64_t i) const {
+std::uint32_t TokenFile::raw(std::int64_t i) const {
   const unsigned char* p = data_ + static_cast<std::size_t>(i) * width_;
   std::uint32_t v = p[0] | (std::uint32_t(p[1]) << 8);
   if (width_ == 4) v |= (std::uint32_t(p[2]) << 16) | (std::uint32_t(p[3]) << 24);
-  return static_cast<std::int32_t>(v);
+  return v;
 }
 
 BatchSchedule::BatchSchedule(const TokenFile& file, std::int64_t seq_len, std::int64_t global_batch, bool shuffle,

@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include <cctype>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "meshrun/bounded_file.hpp"
+#include "json_read.hpp"
 #include "meshrun/json.hpp"
 
 namespace meshrun::train {
@@ -22,111 +23,76 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 
 namespace {
 
-// Just enough JSON for a safetensors header: objects, arrays, strings, integers, literals.
-struct JsonValue {
-  enum Kind { object, array, string, number, literal } kind = literal;
-  std::string text;  // string contents or number/literal spelling
-  std::vector<std::pair<std::string, JsonValue>> members;
-  std::vector<JsonValue> items;
-};
-
-class JsonParser {
- public:
-  JsonParser(const std::string& s, const std::string& file) : s_(s), file_(file) {}
-  JsonValue parse() {
-    JsonValue v = value();
-    skip();
-    if (i_ != s_.size()) fail("trailing characters after the header object");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) {
-    throw SafetensorsError(file_ + ": malformed safetensors header at byte " + std::to_string(i_) + ": " + what);
-  }
-  void skip() { while (i_ < s_.size() && std::strchr(" \t\r\n", s_[i_]) && s_[i_]) ++i_; }
-  char peek() { skip(); if (i_ >= s_.size()) fail("unexpected end"); return s_[i_]; }
-  void expect(char c) { if (peek() != c) fail(std::string("expected '") + c + "'"); ++i_; }
-  std::string str() {
-    expect('"');
-    std::string out;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      char c = s_[i_++];
-      if (c == '\\') {
-        if (i_ >= s_.size()) fail("bad escape");
-        char e = s_[i_++];
-        if (e == 'u') {  // keep \uXXXX escapes verbatim (names are ASCII in practice)
-          out += "\\u";
-          continue;
-        }
-        c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e;
-      }
-      out += c;
-    }
-    if (i_ >= s_.size()) fail("unterminated string");
-    ++i_;
-    return out;
-  }
-  JsonValue value() {
-    JsonValue v;
-    const char c = peek();
-    if (c == '{') {
-      v.kind = JsonValue::object;
-      ++i_;
-      if (peek() == '}') { ++i_; return v; }
-      for (;;) {
-        std::string k = str();
-        expect(':');
-        v.members.emplace_back(std::move(k), value());
-        if (peek() == ',') { ++i_; continue; }
-        expect('}');
-        return v;
-      }
-    }
-    if (c == '[') {
-      v.kind = JsonValue::array;
-      ++i_;
-      if (peek() == ']') { ++i_; return v; }
-      for (;;) {
-        v.items.push_back(value());
-        if (peek() == ',') { ++i_; continue; }
-        expect(']');
-        return v;
-      }
-    }
-    if (c == '"') {
-      v.kind = JsonValue::string;
-      v.text = str();
-      return v;
-    }
-    const std::size_t start = i_;
-    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || std::strchr("+-.", s_[i_]))) ++i_;
-    if (start == i_) fail("unexpected character");
-    v.text = s_.substr(start, i_ - start);
-    v.kind = (std::isdigit(static_cast<unsigned char>(v.text[0])) || v.text[0] == '-') ? JsonValue::number
-                                                                                       : JsonValue::literal;
-    return v;
-  }
-  const std::string& s_;
-  const std::string& file_;
-  std::size_t i_ = 0;
-};
-
-std::int64_t as_int(const JsonValue& v, const std::string& file, const std::string& tensor) {
-  if (v.kind != JsonValue::number || v.text.find_first_of(".eE") != std::string::npos)
-    throw SafetensorsError(file + ": tensor " + tensor + ": expected an integer, got '" + v.text + "'");
-  return std::stoll(v.text);
-}
-
-std::size_t dtype_bytes(const std::string& dtype) {
+std::size_t dtype_bytes(const std::string& dtype) {  // 0: not a safetensors dtype
   if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
   if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
   if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
-  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL") return 1;
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2") return 1;
   return 0;
 }
 
 }  // namespace
+
+SafetensorsHeader parse_safetensors_header(std::string_view text, std::uint64_t payload_bytes, const std::string& file) {
+  const nlohmann::json root = parse_json_bounded<SafetensorsError>(text, file + ": safetensors header");
+  if (!root.is_object()) throw SafetensorsError(file + ": safetensors header is not a JSON object");
+  SafetensorsHeader h;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;  // [begin, end) of every tensor
+  for (const auto& [name, v] : root.items()) {
+    const std::string where = file + ": tensor " + name + ": ";
+    if (name == "__metadata__") {
+      if (!v.is_object()) throw SafetensorsError(file + ": __metadata__ is not a JSON object");
+      for (const auto& [k, mv] : v.items()) {
+        if (!mv.is_string()) throw SafetensorsError(file + ": __metadata__." + k + " is " + json_snippet(mv) + ", not a string");
+        h.metadata[k] = mv.get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      throw SafetensorsError(where + "header entry lacks dtype, shape or data_offsets");
+    TensorEntry e;
+    const nlohmann::json &dt = v.at("dtype"), &shape = v.at("shape"), &off = v.at("data_offsets");
+    if (!dt.is_string()) throw SafetensorsError(where + "dtype is " + json_snippet(dt) + ", not a string");
+    e.dtype = dt.get<std::string>();
+    const std::size_t es = dtype_bytes(e.dtype);
+    if (es == 0) throw SafetensorsError(where + "unknown dtype \"" + e.dtype + "\"; a safetensors dtype is F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64..I8, U64..U8 or BOOL");
+    if (!shape.is_array()) throw SafetensorsError(where + "shape is " + json_snippet(shape) + ", not an array");
+    std::uint64_t bytes = es;  // numel · element size, overflow-checked
+    for (const nlohmann::json& d : shape) {
+      const auto n = json_int(d);
+      if (!n) throw SafetensorsError(where + "shape entry " + json_snippet(d) + " is not a non-negative integer");
+      e.shape.push_back(*n);
+      if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(*n), &bytes))
+        throw SafetensorsError(where + "shape " + shape_text(e.shape) + "... holds more than 2^64 bytes");
+    }
+    if (!off.is_array() || off.size() != 2 || !json_int(off[0]) || !json_int(off[1]))
+      throw SafetensorsError(where + "data_offsets is " + json_snippet(off) + ", not [begin, end] of non-negative integers");
+    e.begin = static_cast<std::uint64_t>(*json_int(off[0]));
+    e.end = static_cast<std::uint64_t>(*json_int(off[1]));
+    if (e.end < e.begin) throw SafetensorsError(where + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] end before they begin");
+    if (e.end > payload_bytes)
+      throw SafetensorsError(where + "payload truncated: bytes [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                             ") but the file holds " + std::to_string(payload_bytes) +
+                             " payload bytes; re-save or re-download the file");
+    if (bytes != e.end - e.begin)
+      throw SafetensorsError(where + std::to_string(e.end - e.begin) + " bytes do not hold " + e.dtype + " " + shape_text(e.shape) +
+                             " (" + std::to_string(bytes) + " bytes)");
+    spans.emplace_back(e.begin, e.end);
+    h.tensors[name] = std::move(e);
+  }
+  // The format indexes the payload entirely and without overlap: sorted spans must tile [0, payload_bytes).
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t at = 0;
+  for (const auto& [b, e] : spans) {
+    if (b != at)
+      throw SafetensorsError(file + ": tensor data " + (b < at ? "overlaps" : "leaves a hole") + " at payload byte " +
+                             std::to_string(std::min(b, at)) + "; the file is damaged: re-save or re-download it");
+    at = e;
+  }
+  if (at != payload_bytes)
+    throw SafetensorsError(file + ": " + std::to_string(payload_bytes - at) + " payload bytes after the last tensor belong to none; the file is damaged: re-save or re-download it");
+  return h;
+}
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   // A FIFO or a device (/dev/zero) would hang or grow without bound: regular files only.
@@ -134,47 +100,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::ifstream is(path, std::ios::binary);
   if (!is) throw SafetensorsError("cannot open safetensors file " + path + "; check checkpoint.load");
   bytes_.assign(std::istreambuf_iterator<char>(is), std::istreambuf_iterator<char>());
-  if (bytes_.size() < 8) throw SafetensorsError(path + ": truncated: shorter than the 8-byte header length");
+  parse();
+}
+
+SafetensorsFile::SafetensorsFile(std::string bytes, const std::string& name) : path_(name), bytes_(std::move(bytes)) { parse(); }
+
+void SafetensorsFile::parse() {
+  if (bytes_.size() < 8) throw SafetensorsError(path_ + ": truncated: shorter than the 8-byte header length");
   std::uint64_t n = 0;
   for (int b = 7; b >= 0; --b) n = (n << 8) | static_cast<unsigned char>(bytes_[b]);
   if (n > bytes_.size() - 8)
-    throw SafetensorsError(path + ": truncated: header of " + std::to_string(n) + " bytes runs past the end of the file");
+    throw SafetensorsError(path_ + ": truncated: header of " + std::to_string(n) + " bytes runs past the end of the file");
   payload_ = 8 + static_cast<std::size_t>(n);
-  const std::string header = bytes_.substr(8, static_cast<std::size_t>(n));
-  const JsonValue root = JsonParser(header, path).parse();
-  if (root.kind != JsonValue::object) throw SafetensorsError(path + ": header is not a JSON object");
-  const std::uint64_t data_size = bytes_.size() - payload_;
-  for (const auto& [name, v] : root.members) {
-    if (name == "__metadata__") {
-      for (const auto& [k, mv] : v.members) metadata_[k] = mv.text;
-      continue;
-    }
-    TensorEntry e;
-    bool have_offsets = false;
-    for (const auto& [k, f] : v.members) {
-      if (k == "dtype") e.dtype = f.text;
-      if (k == "shape")
-        for (const JsonValue& d : f.items) e.shape.push_back(as_int(d, path, name));
-      if (k == "data_offsets" && f.items.size() == 2) {
-        e.begin = static_cast<std::uint64_t>(as_int(f.items[0], path, name));
-        e.end = static_cast<std::uint64_t>(as_int(f.items[1], path, name));
-        have_offsets = true;
-      }
-    }
-    if (!have_offsets || e.dtype.empty())
-      throw SafetensorsError(path + ": tensor " + name + ": header entry lacks dtype or data_offsets");
-    if (e.end < e.begin || e.end > data_size)
-      throw SafetensorsError(path + ": tensor " + name + ": payload truncated: bytes [" + std::to_string(e.begin) +
-                             ", " + std::to_string(e.end) + ") but the file holds " + std::to_string(data_size) +
-                             " payload bytes; re-save or re-download the file");
-    std::int64_t numel = 1;
-    for (std::int64_t d : e.shape) numel *= d;
-    const std::size_t es = dtype_bytes(e.dtype);
-    if (es != 0 && static_cast<std::uint64_t>(numel) * es != e.end - e.begin)
-      throw SafetensorsError(path + ": tensor " + name + ": " + std::to_string(e.end - e.begin) + " bytes do not hold " +
-                             e.dtype + " " + shape_text(e.shape));
-    tensors_[name] = std::move(e);
-  }
+  SafetensorsHeader h = parse_safetensors_header(std::string_view(bytes_).substr(8, payload_ - 8), bytes_.size() - payload_, path_);
+  tensors_ = std::move(h.tensors);
+  metadata_ = std::move(h.metadata);
 }
 
 const TensorEntry* SafetensorsFile::find(const std::string& name) const {

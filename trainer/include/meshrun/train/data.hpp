@@ -23,7 +23,7 @@ struct DataError : std::exception {
 class TokenFile {
  public:
   // Throws DataError naming the file and the fix when it is missing, empty, not a whole number of
-  // tokens, holds an id >= vocab, or is shorter than one batch (B·S + 1 tokens).
+  // tokens, holds an id outside [0, vocab) (vocab must be in [1, 2^31]), or is shorter than one batch (B·S + 1 tokens).
   TokenFile(const std::string& path, const std::string& token_dtype, std::int64_t vocab, std::int64_t seq_len,
             std::int64_t global_batch);
   ~TokenFile();
@@ -32,9 +32,11 @@ class TokenFile {
 
   std::int64_t tokens() const { return n_; }
   std::int64_t windows() const { return windows_; }  // sequences of S+1 tokens that fit, stepping by S
-  std::int32_t at(std::int64_t i) const;
+  // Token i; the constructor checked every id is in [0, vocab), so it fits an int32.
+  std::int32_t at(std::int64_t i) const { return static_cast<std::int32_t>(raw(i)); }
 
  private:
+  std::uint32_t raw(std::int64_t i) const;  // the stored value, unchecked
   void unmap();
   std::string path_;
   const unsigned char* data_ = nullptr;

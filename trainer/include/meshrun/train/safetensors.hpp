@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meshrun::train {
@@ -20,11 +21,24 @@ struct TensorEntry {
   std::uint64_t begin = 0, end = 0;  // byte offsets into the payload
 };
 
+struct SafetensorsHeader {
+  std::map<std::string, TensorEntry> tensors;
+  std::map<std::string, std::string> metadata;
+};
+// Parses and checks the JSON header of a file whose payload has `payload_bytes` bytes: nesting at most
+// kMaxJsonDepth (json_read.hpp), a known dtype, shape entries and offsets non-negative integers, the
+// byte size (overflow-checked) equal to the offsets' span, and the spans tiling the payload without
+// overlap or hole. Anything else is a SafetensorsError naming `file` (and the tensor); nothing else
+// escapes. For fuzzing and for the checkpoint shard reader.
+SafetensorsHeader parse_safetensors_header(std::string_view header, std::uint64_t payload_bytes, const std::string& file);
+
 class SafetensorsFile {
  public:
-  // Reads and checks the whole file: a malformed header or a tensor whose bytes lie past the end of
-  // the file (truncated payload) is a SafetensorsError naming the file and the tensor.
+  // Reads and checks the whole file (parse_safetensors_header; a truncated payload names the tensor).
+  // Only SafetensorsError escapes.
   explicit SafetensorsFile(const std::string& path);
+  // The same over the bytes of a file; `name` stands for the path in messages.
+  SafetensorsFile(std::string bytes, const std::string& name);
   const TensorEntry* find(const std::string& name) const;
   std::vector<std::string> names() const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -34,6 +48,7 @@ class SafetensorsFile {
   std::vector<T> read(const std::string& name, const std::vector<std::int64_t>& expected_shape) const;
 
  private:
+  void parse();
   std::string path_;
   std::string bytes_;
   std::size_t payload_ = 0;  // offset of the payload in bytes_
