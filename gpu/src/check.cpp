@@ -4,7 +4,6 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <random>
 #include <stdexcept>
 
 #include "meshrun/gpu/bf16.hpp"
@@ -61,19 +60,33 @@ CheckOptions parse_check_args(int argc, const char* const* argv) {
   return o;
 }
 
+namespace {
+// splitmix64: a tiny reproducible generator. (std::mt19937_64 would pull libstdc++'s random.o into the
+// statically linked check binary, and with it a glibc 2.36 symbol the GPU machine may lack.)
+struct Rng {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }   // [0, 1)
+  std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(uniform() * static_cast<double>(n)); }
+};
+}  // namespace
+
 ModelConfig tiny_model() { return ModelConfig{256, 128, 4, 4, 2, 352, 64, 4}; }
 
 std::vector<std::int32_t> synthetic_batch(const ModelConfig& c, int step, std::uint64_t seed) {
   // A noisy affine recurrence: next = (5·cur + 17) mod vocab, replaced by a random id 10% of the time.
-  std::mt19937_64 rng(seed * 1000003u + static_cast<std::uint64_t>(step));
-  std::uniform_int_distribution<std::int64_t> any(0, c.vocab - 1);
-  std::uniform_real_distribution<double> u(0, 1);
+  Rng rng{seed * 1000003u + static_cast<std::uint64_t>(step)};
   std::vector<std::int32_t> t(static_cast<std::size_t>(c.batch * (c.seq + 1)));
   for (std::int64_t b = 0; b < c.batch; ++b) {
-    std::int64_t cur = any(rng);
+    std::int64_t cur = rng.below(c.vocab);
     for (std::int64_t i = 0; i <= c.seq; ++i) {
       t[b * (c.seq + 1) + i] = static_cast<std::int32_t>(cur);
-      cur = u(rng) < 0.1 ? any(rng) : (5 * cur + 17) % c.vocab;
+      cur = rng.uniform() < 0.1 ? rng.below(c.vocab) : (5 * cur + 17) % c.vocab;
     }
   }
   return t;
@@ -120,10 +133,9 @@ struct Scope {
 };
 
 Host rnd(std::size_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
+  Rng rng{seed};
   Host v(n);
-  for (double& x : v) x = d(rng);
+  for (double& x : v) x = lo + (hi - lo) * rng.uniform();
   return v;
 }
 
