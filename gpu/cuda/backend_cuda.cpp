@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -93,6 +94,7 @@ class CudaBackend final : public Backend {
   Precision precision() const override { return pr_; }
 
   Buf alloc(std::int64_t n, DType t) override {
+    if (t == DType::f64) throw std::logic_error("cuda backend: no fp64 buffers");
     void* p = nullptr;
     cu(cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(t)), "cudaMalloc");
     return {p, n, t};
@@ -338,9 +340,8 @@ class CudaBackend final : public Backend {
     return total;
   }
 
-  std::vector<std::pair<std::string, double>> kernel_times() const override {
-    auto* self = const_cast<CudaBackend*>(this);
-    self->resolve_timers();
+  std::vector<std::pair<std::string, double>> kernel_times() override {
+    resolve_timers();
     std::vector<std::pair<std::string, double>> v(totals_.begin(), totals_.end());
     std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     return v;
@@ -356,7 +357,13 @@ class CudaBackend final : public Backend {
     cudaEvent_t start;
     Timer(CudaBackend& b, const char* k) : be(b), kind(k), start(b.event()) { cudaEventRecord(start, b.stream_); }
     ~Timer() {
-      cudaEvent_t stop = be.event();
+      cudaEvent_t stop = nullptr;
+      if (!be.pool_.empty()) {
+        stop = be.pool_.back();
+        be.pool_.pop_back();
+      } else if (cudaEventCreate(&stop) != cudaSuccess) {
+        return;   // no timing for this call rather than an exception from a destructor
+      }
       cudaEventRecord(stop, be.stream_);
       be.pending_.push_back({kind, {start, stop}});
       if (be.pending_.size() > 8192) be.resolve_timers();
@@ -441,7 +448,8 @@ class CudaBackend final : public Backend {
   }
 
   using Key = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                         std::int64_t, std::int64_t, std::int64_t, int, int, int>;
+                         std::int64_t, std::int64_t, std::int64_t, int, int, int, std::uint32_t, std::uint32_t,
+                         std::uint32_t>;
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -457,9 +465,19 @@ class CudaBackend final : public Backend {
          "stride");
     }
   }
-  // One cuBLASLt matmul; the descriptors and the heuristic's first algorithm are cached per shape.
+  // The alignment (bytes, ≤ 256) every batch of an operand keeps: views into a buffer (a head, a sequence)
+  // are less aligned than cudaMalloc's 256 bytes, and cuBLASLt may only pick algorithms that allow it.
+  static std::uint32_t alignment(const void* p, std::int64_t stride_elems, DType t, int batch) {
+    std::uint64_t a = reinterpret_cast<std::uintptr_t>(p) | 256u;
+    if (batch > 1) a |= static_cast<std::uint64_t>(stride_elems) * dtype_size(t);
+    return static_cast<std::uint32_t>(a & (~a + 1));   // lowest set bit
+  }
+  // One cuBLASLt matmul; the descriptors and the heuristic's first algorithm are cached per shape and alignment.
   void gemm(const Gemm& g) {
-    const Key key{g.ta, g.tb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.sa, g.sb, g.sd, g.batch, int(g.ab), int(g.dt) * 2 + (g.beta != 0)};
+    const std::uint32_t aa = alignment(g.a, g.sa, g.ab, g.batch), ab = alignment(g.b, g.sb, g.ab, g.batch),
+                        ad = alignment(g.d, g.sd, g.dt, g.batch);
+    const Key key{g.ta, g.tb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.sa, g.sb, g.sd, g.batch, int(g.ab),
+                  int(g.dt) * 2 + (g.beta != 0), aa, ab, ad};
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       Plan p;
@@ -474,6 +492,10 @@ class CudaBackend final : public Backend {
       lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
       const std::size_t ws = kLtWorkspace;
       lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "pref");
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa), "pref");
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab), "pref");
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad), "pref");
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad), "pref");
       cublasLtMatmulHeuristicResult_t h{};
       int found = 0;
       lt(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref, 1, &h, &found), "heuristic");

@@ -113,7 +113,7 @@ class Backend {
   virtual double sum_squares(std::span<const Buf> xs) = 0;   // Σ over all tensors, in double on the host
 
   // Time spent per kernel kind so far (ms; CUDA: CUDA events on the compute stream), largest first.
-  virtual std::vector<std::pair<std::string, double>> kernel_times() const { return {}; }
+  virtual std::vector<std::pair<std::string, double>> kernel_times() { return {}; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const std::string& dtype);   // training.dtype
