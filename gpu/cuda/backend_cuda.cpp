@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -340,6 +341,14 @@ class CudaBackend final : public Backend {
     return total;
   }
 
+  std::string memory_report() override {
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return "device memory: unknown";
+    char line[128];
+    std::snprintf(line, sizeof line, "device memory in use %.1f GiB of %.1f GiB", double(total - free) / (1u << 30),
+                  double(total) / (1u << 30));
+    return line;
+  }
   std::vector<std::pair<std::string, double>> kernel_times() override {
     resolve_timers();
     std::vector<std::pair<std::string, double>> v(totals_.begin(), totals_.end());

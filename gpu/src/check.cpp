@@ -11,8 +11,8 @@
 namespace meshrun::gpu {
 
 const char* const kCheckUsage =
-    "usage: meshrun-gpu-check [--only kernels|tiny|perf] [--dry-run] [--tiny-steps N] [--perf-steps N]\n"
-    "                         [--perf-batch N] [--perf-seq N] [--perf-layers N]";
+    "usage: meshrun-gpu-check [--only kernels|tiny|perf] [--dry-run] [--tiny-steps N] [--perf-steps N] "
+    "[--perf-batch N] [--perf-seq N] [--perf-layers N]";
 
 CheckOptions parse_check_args(int argc, const char* const* argv) {
   CheckOptions o;
@@ -41,6 +41,8 @@ CheckOptions parse_check_args(int argc, const char* const* argv) {
       o.kernels = w == "kernels";
       o.tiny = w == "tiny";
       o.perf = w == "perf";
+    } else if (a == "-h" || a == "--help") {
+      o.help = true;
     } else if (a == "--dry-run") {
       o.dry_run = true;
     } else if (a == "--tiny-steps") {

@@ -75,6 +75,7 @@ void run_perf(mg::Backend& gpu, const mg::CheckOptions& o) {
   std::printf("  %d steps in %.3f s: %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of %.0f dense bf16 TFLOP/s; last loss %.4f\n",
               o.perf_steps, sec, double(c.tokens()) * o.perf_steps / sec, tflops, 100.0 * tflops / o.peak_tflops,
               o.peak_tflops, loss);
+  std::printf("  %s\n", gpu.memory_report().c_str());
   std::printf("  CUDA-event time per kernel kind over the timed steps (ms, share of wall time):\n");
   for (const auto& [kind, ms] : gpu.kernel_times()) {
     double before = 0;
@@ -94,6 +95,10 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "meshrun-gpu-check: %s\n", e.what());
     return 2;
+  }
+  if (o.help) {
+    std::printf("%s\n", mg::kCheckUsage);
+    return 0;
   }
   if (o.dry_run) {
     print_model("tiny model", mg::tiny_model());
@@ -116,16 +121,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "meshrun-gpu-check: %s\n", e.what());
     return 2;
   }
-  try {
-    std::printf("device: %s\n", gpu->name().c_str());
-    bool ok = true;
-    if (o.kernels) ok = run_kernels(*gpu) && ok;
-    if (o.tiny) ok = run_tiny(*gpu, o.tiny_steps) && ok;
-    if (o.perf) run_perf(*gpu, o);
-    std::printf("meshrun-gpu-check: %s\n", ok ? "all checks passed" : "a check FAILED");
-    return ok ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshrun-gpu-check: %s\n", e.what());
-    return 1;
-  }
+  std::printf("device: %s\n", gpu->name().c_str());
+  // Each part reports its own error and the next one still runs: one short GPU lease should show them all.
+  bool ok = true;
+  auto part = [&](const char* name, auto&& body) {
+    try {
+      ok = body() && ok;
+    } catch (const std::exception& e) {
+      std::printf("  %s: ERROR %s\n", name, e.what());
+      ok = false;
+    }
+  };
+  if (o.kernels) part("kernels", [&] { return run_kernels(*gpu); });
+  if (o.tiny) part("tiny", [&] { return run_tiny(*gpu, o.tiny_steps); });
+  if (o.perf) part("perf", [&] {
+    run_perf(*gpu, o);
+    return true;
+  });
+  std::printf("meshrun-gpu-check: %s\n", ok ? "all checks passed" : "a check FAILED");
+  return ok ? 0 : 1;
 }

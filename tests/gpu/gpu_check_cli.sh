@@ -20,7 +20,8 @@ one_line() {
 one_line "unknown argument" "$CHECK" --frobnicate
 one_line "steps out of range" "$CHECK" --perf-steps 0
 one_line "bad --only" "$CHECK" --only everything
-one_line "perf model the model cannot build" "$CHECK" --perf-seq 1
+one_line "a sequence shorter than 2" "$CHECK" --perf-seq 1
+expect 0 "usage: meshrun-gpu-check" "--help prints the usage" -- "$CHECK" --help
 expect 0 "FLOP formula: 6\*N_matmul\*tokens" "dry run prints the plan without a device" -- "$CHECK" --dry-run
 expect 0 "1.138B parameters" "dry run: the ~1B model" -- "$CHECK" --dry-run
 if [[ $CUDA_BUILD == 1 ]]; then

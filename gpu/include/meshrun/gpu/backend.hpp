@@ -114,6 +114,8 @@ class Backend {
 
   // Time spent per kernel kind so far (ms; CUDA: CUDA events on the compute stream), largest first.
   virtual std::vector<std::pair<std::string, double>> kernel_times() { return {}; }
+  // One line on memory use (CUDA: device memory in use and total), "" where there is nothing to say.
+  virtual std::string memory_report() { return ""; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const std::string& dtype);   // training.dtype

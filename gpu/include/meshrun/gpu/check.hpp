@@ -14,6 +14,7 @@ namespace meshrun::gpu {
 struct CheckOptions {
   bool kernels = true, tiny = true, perf = true;   // the three parts; --only picks one
   bool dry_run = false;                            // print the plan (sizes, FLOPs) and touch no device
+  bool help = false;
   int tiny_steps = 8;
   int perf_steps = 30, perf_warmup = 3;
   ModelConfig perf_model = ModelConfig{32000, 2048, 16, 16, 8, 8192, 2048, 8};   // ~1.14B parameters
