@@ -65,7 +65,7 @@ struct Gemm {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Precision& p, int device) : pr_(p), device_(device) {
+  CudaBackend(const Precision& p, int device) : pr_(p) {
     cu(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
     cu(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -159,27 +159,11 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { cu(cudaStreamSynchronize(stream_), "synchronize"); }
 
-  // Row-major C[M,N] = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands.
+  // Row-major C[M,N] = op(A)·op(B) (+ beta·C) on whole buffers; see rm_batched.
   void rm_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, Buf A, std::int64_t lda, Buf B,
                std::int64_t ldb, Buf C, std::int64_t ldc, float alpha, float beta) {
     same(A, B, "gemm inputs");
-    Gemm g;
-    g.ta = tb;
-    g.tb = ta;
-    g.m = N;
-    g.n = M;
-    g.k = K;
-    g.a = B.p;
-    g.lda = ldb;
-    g.b = A.p;
-    g.ldb = lda;
-    g.d = C.p;
-    g.ldd = ldc;
-    g.ab = A.t;
-    g.dt = C.t;
-    g.alpha = alpha;
-    g.beta = beta;
-    gemm(g);
+    gemm(rm_batched(ta, tb, M, N, K, A.p, lda, 0, 0, B.p, ldb, 0, 0, C.p, ldc, 0, 0, A.t, C.t, alpha, beta, 1));
   }
 
   void linear_forward(Buf y, Buf x, Buf w, std::int64_t n, std::int64_t in, std::int64_t out) override {
@@ -427,7 +411,8 @@ class CudaBackend final : public Backend {
       gemm(rm_batched(false, true, a.tq, a.tk, a.d, q.p, a.hq * a.d, rep * a.d, r * a.d, k.p, a.hkv * a.d, a.d, 0, S,
                       a.tk, rep * a.tq * a.tk, r * a.tq * a.tk, q.t, DType::f32, scale, 0, a.hkv));
   }
-  // A batched row-major product with per-operand (base offset, batch stride) in elements.
+  // A batched row-major product with per-operand (base offset, batch stride) in elements. Row-major
+  // C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap, each keeps its transpose flag.
   static Gemm rm_batched(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const void* A,
                          std::int64_t lda, std::int64_t sa, std::int64_t oa, const void* B, std::int64_t ldb,
                          std::int64_t sb, std::int64_t ob, void* C, std::int64_t ldc, std::int64_t sc, std::int64_t oc,
@@ -522,7 +507,6 @@ class CudaBackend final : public Backend {
   }
 
   Precision pr_;
-  int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
