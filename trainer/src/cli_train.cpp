@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "meshrun/config.hpp"
+#include "meshrun/gpu/backend.hpp"
 #include "meshrun/json.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/rank_map.hpp"
@@ -518,6 +519,20 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   return 0;
 }
 
+// training.device = "cuda": the CUDA backend (gpu/) trains the single-device model of meshrun-gpu-check;
+// this MPI trainer's layers do not call it yet. Refused with the first reason that applies here.
+std::string cuda_refusal(const TrainingSpec& t) {
+  std::string why;
+  if (gpu::cuda_device_count(&why) == 0) return "training.device = \"cuda\": " + why;
+  try {
+    (void)gpu::Precision::cuda(t.param_dtype, t.grad_dtype, t.optim_dtype);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "training.device = \"cuda\": meshrun-train runs its layers on the CPU only so far (the CUDA backend is "
+         "checked by bench/gpu/check.sh, docs/gpu.md); use training.device = \"cpu\"";
+}
+
 int run(int argc, char** argv, int rank, int world) {
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
@@ -571,6 +586,7 @@ int run(int argc, char** argv, int rank, int world) {
   problems = validate(cfg, *layout, cluster);
   if (!problems.empty()) throw InputError(problems.front().message);
   if (const std::string why = check_train_setup(cfg, *layout); !why.empty()) throw InputError(why);
+  if (cfg.training.device == "cuda") throw InputError(cuda_refusal(cfg.training));
   try {
     (void)build_param_table(cfg.model, layout->tp, 0);
   } catch (const std::invalid_argument& e) {

@@ -74,7 +74,9 @@ struct TrainingSpec {
   uint64_t seed = 1234;
   std::string recompute = "none";     // none | selective | full (planner)
   std::string dtype = "fp32";         // trainer compute dtype on CPU: fp32 | fp64
-  // Mixed-precision dtypes the planner assumes for GPU runs (bytes per element from the name).
+  std::string device = "cpu";         // kernel backend: cpu | cuda (docs/gpu.md)
+  // Mixed-precision dtypes the planner assumes for GPU runs (bytes per element from the name); the CUDA
+  // backend stores what they say (docs/gpu.md), the CPU backend computes everything in `dtype`.
   std::string param_dtype = "bf16";
   std::string grad_dtype = "fp32";
   std::string optim_dtype = "fp32";   // master weights and both Adam moments

@@ -3,8 +3,8 @@
 // CHANGELOG: (signature changes after first publication are listed here, newest first)
 //   - none yet.
 //
-// Contract (the CUDA backend, namespace meshrun::kernels::cuda, will implement the same signatures on
-// device pointers; see docs/kernels.md):
+// Contract (the CUDA backend, meshrun::gpu::Backend in gpu/, implements the same kernels on device
+// buffers and is checked against these; see docs/kernels.md and docs/gpu.md):
 //   * Plain functions templated on the element type T; instantiated for float (training) and double
 //     (gradient checks). Calling them with another T fails at link time.
 //   * All tensors are dense, row-major, contiguous, caller-allocated. Shapes are given in the comments as
