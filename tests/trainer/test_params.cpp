@@ -44,6 +44,8 @@ TEST_CASE("a tensor-parallel shard initializes to exactly the serial values", "[
         for (std::int64_t i = 0; i < ts.numel(); ++i) {
           const std::int64_t g = ts.global_index(i);  // same as tf's index g: tf is unsplit
           REQUIRE(b[ts.offset + i] == a[tf.offset + g]);
+          // init_unit's per-tensor loop gives init_value's definition of every element.
+          REQUIRE(b[ts.offset + i] == static_cast<float>(init_value(42, ts.name, g, m.layers)));
         }
       }
     }
