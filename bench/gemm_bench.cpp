@@ -1,12 +1,13 @@
 // The trainer's linear products against OpenBLAS (not a test): for each shape, forward y = x·Wᵀ,
 // dX = dy·W and dW += dyᵀ·x through meshrun's kernels and through cblas_sgemm with the same operands,
 // alternating (ours, OpenBLAS) in pairs; prints each side's median GFLOP/s and the median of the
-// per-pair ratios. OpenBLAS is forced to one thread. Linked to libopenblas only here, never into the
+// per-pair ratios. OpenBLAS is forced to one thread. Times are this thread's CPU time
+// (CLOCK_THREAD_CPUTIME_ID), so time spent descheduled on a shared machine counts for neither side. Linked to libopenblas only here, never into the
 // trainer. Usage: meshrun-bench-gemm [--pairs N] [--isa avx512|avx2+fma|portable]
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -33,16 +34,22 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Seconds of one call of f, repeated until at least 20 ms have passed (small shapes take microseconds).
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// CPU seconds of one call of f, repeated until at least 20 ms (small shapes take microseconds).
 template <class F>
 double time_call(F&& f) {
   int reps = 0;
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = thread_seconds();
   double dt = 0;
   do {
     f();
     ++reps;
-    dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    dt = thread_seconds() - t0;
   } while (dt < 0.02);
   return dt / reps;
 }
@@ -116,7 +123,7 @@ int main(int argc, char** argv) {
     }
   }
   openblas_set_num_threads(1);
-  std::printf("float32, one thread, meshrun micro-kernel %s vs %s; GFLOP/s ours / OpenBLAS = median ratio of %d interleaved pairs\n",
+  std::printf("float32, one thread, thread CPU time; meshrun micro-kernel %s vs %s; GFLOP/s ours / OpenBLAS = median ratio of %d interleaved pairs\n",
               k::matmul_isa_name(k::matmul_isa()), openblas_get_config(), n_pairs);
   // templates/tiny.toml on one rank: 256 tokens per micro-batch, hidden 128, 4/2 heads of 32, SwiGLU 352.
   bench("tiny q/o", 256, 128, 128, n_pairs);

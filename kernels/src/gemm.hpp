@@ -90,11 +90,10 @@ void pack_a(T* dst, std::int64_t mr, View<T> A, std::int64_t i0, std::int64_t ro
   const T* base = A.p + i0 * A.rs + k0 * A.cs;
   if (A.rs == 1) {  // a transposed operand: the panel's values for one k are contiguous
     for (std::int64_t k = 0; k < kc; ++k) std::copy(base + k * A.cs, base + k * A.cs + rows, dst + k * mr);
-  } else {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* src = base + r * A.rs;
-      for (std::int64_t k = 0; k < kc; ++k) dst[k * mr + r] = src[k * A.cs];
-    }
+  } else {  // k outer: contiguous writes from `rows` sequential read streams (row by row, the mid-size
+            // forward measured 0.81-0.89 of OpenBLAS instead of 0.89-0.95)
+    for (std::int64_t k = 0; k < kc; ++k)
+      for (std::int64_t r = 0; r < rows; ++r) dst[k * mr + r] = base[r * A.rs + k * A.cs];
   }
 }
 
