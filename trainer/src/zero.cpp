@@ -136,6 +136,8 @@ template <class T>
 void ParamStore<T>::grad_end(int u) {
   T* s = scratch_[cur_].data();
   if (stage_ < 2) {
+    // Its reduction already reads the gradient: a further micro-batch would race with it.
+    if (reduce_posted_[u]) throw std::logic_error("ParamStore: unit " + std::to_string(u) + " got more micro-batch gradients than zero_grads announced");
     T* g = grads_[u].data();
     for (std::int64_t i = 0; i < padded_[u]; ++i) g[i] += s[i];
     if (++grad_ends_[u] == microbatches_) {  // the unit's last micro-batch: its reduction can start
@@ -150,6 +152,10 @@ void ParamStore<T>::grad_end(int u) {
 
 template <class T>
 void ParamStore<T>::zero_grads(int microbatches) {
+  for (Request& r : unit_reduce_) r.wait();  // nothing may still read or write the buffers zeroed here
+  finish_scatter(cur_ ^ 1);
+  finish_scatter(cur_);
+  std::fill(reduce_posted_.begin(), reduce_posted_.end(), false);
   for (auto& g : grads_) std::fill(g.begin(), g.end(), T(0));
   microbatches_ = microbatches;
   std::fill(grad_ends_.begin(), grad_ends_.end(), 0);
@@ -214,7 +220,6 @@ void ParamStore<T>::adam_step(kc::AdamW hp) {
     }
     if (stage_ == 1 || stage_ == 2) {
       gathers.push_back(groups_[u]->iall_gather(p, params_[u].data(), shard_[u]));
-      poll();
       for (Request& r : gathers) r.test();
     }
   }
