@@ -1,7 +1,8 @@
 // meshrun::kernels::cpu — the CPU kernels of the bundled trainer.
 //
 // CHANGELOG: (signature changes after first publication are listed here, newest first)
-//   - none yet.
+//   - added MatmulIsa, matmul_isa, set_matmul_isa, matmul_isa_name (issue 20: the fma matmul); the
+//     matmul's results changed from plain k-ordered sums to fma chains (same on every ISA).
 //
 // Contract (the CUDA backend, namespace meshrun::kernels::cuda, will implement the same signatures on
 // device pointers; see docs/kernels.md):
