@@ -1,6 +1,9 @@
-// Linear layer: the blocked matmul equals the naive sum bit for bit, and float64 finite differences
-// confirm both backward products (input gradient overwrite/accumulate, weight gradient accumulate).
+// Linear layer: the blocked matmul equals the naive fused-multiply-add chain bit for bit on every
+// micro-kernel this CPU runs, and float64 finite differences confirm both backward products (input
+// gradient overwrite/accumulate, weight gradient accumulate).
 #include <catch2/catch.hpp>
+
+#include <cmath>
 
 #include "gradcheck.hpp"
 #include "meshrun/kernels/cpu.hpp"
@@ -10,36 +13,94 @@ using namespace meshrun::kernels::test;
 
 namespace {
 
-// Naive y = x·Wᵀ summing k in increasing order, the order the blocked kernel promises.
+// Naive y = x·Wᵀ as the chain s = fma(x_k, w_k, s), k increasing: the order the blocked kernel promises.
+// fused = false gives the plain s += x_k·w_k (two roundings), the negative control.
 template <class T>
-std::vector<T> naive_forward(const std::vector<T>& x, const std::vector<T>& w, int n, int in, int out) {
+std::vector<T> naive_forward(const std::vector<T>& x, const std::vector<T>& w, int n, int in, int out,
+                             bool fused = true) {
   std::vector<T> y(std::size_t(n) * out);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < out; ++j) {
       T s = 0;
-      for (int kk = 0; kk < in; ++kk) s += x[std::size_t(i) * in + kk] * w[std::size_t(j) * in + kk];
+      for (int kk = 0; kk < in; ++kk) {
+        const T a = x[std::size_t(i) * in + kk], b = w[std::size_t(j) * in + kk];
+        if (fused) {
+          s = std::fma(a, b, s);
+        } else {
+          const volatile T p = a * b;  // volatile: keep the compiler from contracting this into an fma
+          s += p;
+        }
+      }
       y[std::size_t(i) * out + j] = s;
     }
   return y;
 }
 
+// Restores the CPU's default micro-kernel when a test that switches it ends.
+struct IsaGuard {
+  k::MatmulIsa saved = k::matmul_isa();
+  ~IsaGuard() { k::set_matmul_isa(saved); }
+};
+
 }  // namespace
 
-TEST_CASE("linear forward equals the naive k-ordered sum bit for bit", "[kernels][linear]") {
-  // Sizes straddle every block edge of the gemm (MR=4, NR=16/8, KC=256, NC=256, MC=64).
-  const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {67, 300, 259}, {130, 513, 17}};
-  for (const auto& s : shapes) {
-    const int n = s[0], in = s[1], out = s[2];
-    auto xf = to_float(random_vec(std::size_t(n) * in, 1));
-    auto wf = to_float(random_vec(std::size_t(out) * in, 2));
-    std::vector<float> y(std::size_t(n) * out, 123.f);  // garbage: forward must overwrite
-    k::linear_forward(y.data(), xf.data(), wf.data(), n, in, out);
-    CHECK(y == naive_forward(xf, wf, n, in, out));
-    auto xd = random_vec(std::size_t(n) * in, 3), wd = random_vec(std::size_t(out) * in, 4);
-    Vec yd(std::size_t(n) * out);
-    k::linear_forward(yd.data(), xd.data(), wd.data(), n, in, out);
-    CHECK(yd == naive_forward(xd, wd, n, in, out));
+TEST_CASE("linear forward equals the naive fma chain bit for bit on every micro-kernel of this CPU",
+          "[kernels][linear]") {
+  IsaGuard guard;
+  // Sizes straddle every block edge of the gemm (MR 12/6/4, NR 32/16/8, KC=256, NC=512, MC=144).
+  const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {67, 300, 259}, {130, 513, 17}, {150, 40, 530}};
+  for (k::MatmulIsa isa : {k::MatmulIsa::portable, k::MatmulIsa::avx2_fma, k::MatmulIsa::avx512}) {
+    if (!k::set_matmul_isa(isa)) continue;  // this CPU lacks it
+    INFO("micro-kernel " << k::matmul_isa_name(isa));
+    for (const auto& s : shapes) {
+      const int n = s[0], in = s[1], out = s[2];
+      auto xf = to_float(random_vec(std::size_t(n) * in, 1));
+      auto wf = to_float(random_vec(std::size_t(out) * in, 2));
+      std::vector<float> y(std::size_t(n) * out, 123.f);  // garbage: forward must overwrite
+      k::linear_forward(y.data(), xf.data(), wf.data(), n, in, out);
+      CHECK(y == naive_forward(xf, wf, n, in, out));
+      auto xd = random_vec(std::size_t(n) * in, 3), wd = random_vec(std::size_t(out) * in, 4);
+      Vec yd(std::size_t(n) * out);
+      k::linear_forward(yd.data(), xd.data(), wd.data(), n, in, out);
+      CHECK(yd == naive_forward(xd, wd, n, in, out));
+    }
   }
+  // Negative: the unfused sum (two roundings per step) is a different function; the comparison sees it.
+  const int n = 67, in = 300, out = 259;
+  auto xf = to_float(random_vec(std::size_t(n) * in, 1)), wf = to_float(random_vec(std::size_t(out) * in, 2));
+  std::vector<float> y(std::size_t(n) * out);
+  k::linear_forward(y.data(), xf.data(), wf.data(), n, in, out);
+  CHECK(y != naive_forward(xf, wf, n, in, out, false));
+}
+
+TEST_CASE("the three linear products give the same bits on every micro-kernel of this CPU", "[kernels][linear]") {
+  // dX and dW read transposed operands (other packing paths) and accumulate across depth blocks
+  // (n > KC): the ISA may change only speed.
+  IsaGuard guard;
+  const int n = 300, in = 70, out = 45;
+  const auto x = to_float(random_vec(n * in, 40)), w = to_float(random_vec(out * in, 41));
+  const auto dy = to_float(random_vec(n * out, 42)), prior = to_float(random_vec(out * in, 43));
+  auto run = [&] {
+    std::vector<float> y(n * out), dx(n * in), dw = prior;
+    k::linear_forward(y.data(), x.data(), w.data(), n, in, out);
+    k::linear_backward_input(dx.data(), dy.data(), w.data(), n, in, out);
+    k::linear_backward_weight(dw.data(), dy.data(), x.data(), n, in, out);
+    y.insert(y.end(), dx.begin(), dx.end());
+    y.insert(y.end(), dw.begin(), dw.end());
+    return y;
+  };
+  REQUIRE(k::set_matmul_isa(k::MatmulIsa::portable));
+  const auto twin = run();
+  for (k::MatmulIsa isa : {k::MatmulIsa::avx2_fma, k::MatmulIsa::avx512}) {
+    if (!k::set_matmul_isa(isa)) continue;
+    INFO("micro-kernel " << k::matmul_isa_name(isa));
+    CHECK(run() == twin);
+  }
+  // Negative: a different prior in the accumulating dW changes the bits, so equality is not vacuous.
+  std::vector<float> dw = prior;
+  dw[0] += 1.f;
+  k::linear_backward_weight(dw.data(), dy.data(), x.data(), n, in, out);
+  CHECK(std::vector<float>(twin.end() - out * in, twin.end()) != dw);
 }
 
 TEST_CASE("linear backward matches float64 central differences", "[kernels][linear][gradcheck]") {

@@ -21,6 +21,11 @@ for key in step loss grad_norm lr tokens_per_s; do
 done
 if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }'; then pass "loss falls visibly ($first -> $last)";
 else bad "loss did not fall by 1.0 ($first -> $last)"; fi
+# Exposed data-parallel communication: dp = 2 waits for its gradient reduce-scatters somewhere in 20 steps
+# (the flat run below, dp = 1, must show exactly none).
+exposed=$(sed -n 's/.*"comm_exposed_ms":\([0-9.e+-]*\).*/\1/p' "$DIR/m.jsonl" | awk '{ s += $1; n++ } END { if (n == 20) print s }')
+if awk -v a="$exposed" 'BEGIN { exit !(a != "" && a > 0) }'; then pass "dp = 2: comm_exposed_ms in every line, ${exposed} ms over 20 steps";
+else bad "dp = 2: comm_exposed_ms missing from some line or never positive ('$exposed')"; fi
 
 # 2. Fine-tuning start: the saved safetensors loads on a different layout (tp 1 x dp 2, ZeRO-3) and
 #    continues from the trained weights (first loss well below ln 256 = 5.55).
@@ -43,6 +48,8 @@ expect 0 "step    20/20" "same layout without a pipeline (tp 2, dp 2 -> tp 2 x d
   "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set training.steps=20 --metrics "$DIR/flat.jsonl"
 if diff <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/pp.jsonl") <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$DIR/flat.jsonl") >/dev/null;
 then pass "pp = 2 losses equal pp = 1 losses, all 20 steps"; else bad "pp = 2 losses differ from pp = 1"; fi
+nonzero=$(sed -n 's/.*"comm_exposed_ms":\([0-9.e+-]*\).*/\1/p' "$DIR/flat.jsonl" | awk '$1 != 0 { n++ } END { print NR == 20 ? n + 0 : "missing" }')
+[[ $nonzero == 0 ]] && pass "dp = 1: comm_exposed_ms is 0 in all 20 steps" || bad "dp = 1: comm_exposed_ms not 0 ($nonzero)"
 expect 0 "pipeline interleaved, 2 stages × 2 virtual" "tiny.toml trains interleaved (V = 2)" -- "${MPI[@]}" -np 4 \
   "$TRAIN" "$TEMPLATE" --set parallel.pp=2 --set parallel.pipeline_schedule=interleaved \
   --set parallel.virtual_stages=2 --set data.path="$DIR/corpus.bin" --set training.steps=20 --metrics "$DIR/il.jsonl"

@@ -85,6 +85,23 @@ int main(int argc, char** argv) {
     check(std::memcmp(out.data(), full.data() + r * n, n * 4) == 0, "reduce_scatter == block of all_reduce");
     c.reduce_scatter(blocks.data(), blocks.data() + r * n, n);
     check(std::memcmp(blocks.data() + r * n, full.data() + r * n, n * 4) == 0, "reduce_scatter in place");
+    // 3b. The non-blocking forms give the same bits (against the same blocks, which 3. overwrote in
+    //     place); recv is written only at completion; two can be in flight on one communicator at once.
+    {
+      std::vector<float> src(n * p), nb(n, -7.f), gathered(n * p, -7.f);
+      for (int q = 0; q < p; ++q)
+        for (int i = 0; i < n; ++i) src[q * n + i] = value(r, q * n + i);
+      Request a = c.ireduce_scatter(src.data(), nb.data(), n);
+      Request g = c.iall_gather(out.data(), gathered.data(), n);
+      check(p == 1 || nb[0] == -7.f, "ireduce_scatter leaves recv alone until it completes");
+      while (!a.test()) {
+      }
+      check(!a.pending(), "test() completes the request");
+      g.wait();
+      check(std::memcmp(nb.data(), full.data() + r * n, n * 4) == 0, "ireduce_scatter == reduce_scatter");
+      check(std::memcmp(gathered.data(), full.data(), std::size_t(n) * p * 4) == 0,
+            "iall_gather of the reduced blocks == all_reduce");
+    }
     // 4. max, in double.
     double m = r * 1.5;
     c.all_reduce(&m, 1, ReduceOp::max);

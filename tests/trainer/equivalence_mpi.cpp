@@ -97,7 +97,8 @@ struct Run {
   std::vector<double> losses, grad_norms;
   std::vector<std::pair<std::string, std::vector<double>>> params;  // fp32 values widened exactly
   std::vector<std::pair<std::string, std::vector<double>>> grads1;  // reduced gradient of step 1
-  std::int64_t memory = 0;
+  std::int64_t memory = 0;     // params + grads + optimizer state
+  std::int64_t transient = 0;  // peak of gradient scratch and gathered units
   std::int64_t saved_activations = 0;        // rank 0's stages: activation slots and backward buffers
   std::vector<std::int64_t> attention_pairs;  // per rank of the layout (gathered on its rank 0)
   std::vector<double> aux_losses;             // MoE load-balancing loss of every step
@@ -203,7 +204,8 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
       for (auto& [name, v] : t.gather_grads()) r.grads1.emplace_back(name, std::vector<double>(v.begin(), v.end()));
   }
   for (auto& [name, v] : t.gather_params()) r.params.emplace_back(name, std::vector<double>(v.begin(), v.end()));
-  r.memory = t.memory().total();
+  r.memory = t.memory().total() - t.memory().transient_peak;
+  r.transient = t.memory().transient_peak;
   r.saved_activations = t.saved_activation_bytes();
   std::int64_t pairs = t.attention_pairs();
   int size = 1;
@@ -350,7 +352,7 @@ int main(int argc, char** argv) {
         for (int fp64 = 0; fp64 <= (exact_vs_serial ? 0 : 1); ++fp64) {
           const Tol& tol = fp64 ? kFp64 : kFp32;
           Run zero0;
-          std::vector<std::int64_t> mem;
+          std::vector<std::int64_t> mem, tr;
           for (int z = 0; z <= 3; ++z) {
             const Case c{sh.tp, sh.dp, z, mbs, sp == 1, fp64 == 1};
             const Run r = run_on(c);
@@ -359,6 +361,7 @@ int main(int argc, char** argv) {
             if (z == 0) zero0 = r;
             else rep.check(c.str() + " vs zero=0", compare(r, zero0), z == 1 || one_micro_batch, tol);
             mem.push_back(r.memory);
+            tr.push_back(r.transient);
           }
           if (rank == 0 && sh.dp > 1) {
             const bool drops = mem[0] > mem[1] && mem[1] > mem[2] && mem[2] > mem[3];
@@ -367,6 +370,15 @@ int main(int argc, char** argv) {
             std::printf("%-4s memory per rank, ZeRO 0 > 1 > 2 > 3 (tp=%d dp=%d): %lld > %lld > %lld > %lld bytes\n",
                         drops ? "ok" : "FAIL", sh.tp, sh.dp, (long long)mem[0], (long long)mem[1], (long long)mem[2],
                         (long long)mem[3]);
+            // The overlap's price (zero.hpp): one unit-sized gradient scratch at ZeRO 0-1, two at 2-3, and
+            // at 3 up to two gathered units (the one computing and the one prefetched).
+            const bool bounded = tr[1] == tr[0] && tr[2] == 2 * tr[0] && tr[3] > tr[2] && tr[3] <= 4 * tr[0];
+            ++rep.checks;
+            if (!bounded) ++rep.failures;
+            std::printf("%-4s transient peak per rank, ZeRO 0..3 (tp=%d dp=%d): %lld, %lld, %lld, %lld bytes "
+                        "(s, s, 2s, (2s, 4s])\n",
+                        bounded ? "ok" : "FAIL", sh.tp, sh.dp, (long long)tr[0], (long long)tr[1], (long long)tr[2],
+                        (long long)tr[3]);
           }
         }
       }

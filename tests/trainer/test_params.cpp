@@ -2,11 +2,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "meshrun/train/comm.hpp"
 #include "meshrun/train/params.hpp"
 #include "meshrun/train/trainer.hpp"
+#include "meshrun/train/zero.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;
@@ -44,6 +46,8 @@ TEST_CASE("a tensor-parallel shard initializes to exactly the serial values", "[
         for (std::int64_t i = 0; i < ts.numel(); ++i) {
           const std::int64_t g = ts.global_index(i);  // same as tf's index g: tf is unsplit
           REQUIRE(b[ts.offset + i] == a[tf.offset + g]);
+          // init_unit's per-tensor loop gives init_value's definition of every element.
+          REQUIRE(b[ts.offset + i] == static_cast<float>(init_value(42, ts.name, g, m.layers)));
         }
       }
     }
@@ -155,4 +159,26 @@ TEST_CASE("MoE parameter table uses the Hugging Face Mixtral names and shapes", 
   CHECK(e[kW2].local_cols == 10);
   CHECK(e[kW2].col0 == 10);
   CHECK(t2.global_size() == t.global_size());
+}
+
+TEST_CASE("a unit's early gradient reduction refuses a micro-batch more than announced", "[trainer]") {
+  ModelSpec m;
+  m.layers = 1; m.hidden = 16; m.heads = 4; m.kv_heads = 2; m.ffn_hidden = 24; m.vocab = 32;
+  const ParamTable t = build_param_table(m, 1, 0);
+  LocalComm dp;
+  for (int stage : {0, 1}) {
+    ParamStore<float> store(t, stage, dp);
+    store.zero_grads(2);  // two micro-batches: the reduction starts after the second
+    for (int mb = 0; mb < 2; ++mb) {
+      store.grad_begin(0)[0] = 1.f;
+      store.grad_end(0);
+    }
+    store.grad_begin(0);
+    CHECK_THROWS_AS(store.grad_end(0), std::logic_error);
+    store.reduce_grads();
+    CHECK(store.grad_shard(0)[0] == 2.f);  // both micro-batches, once each
+    store.zero_grads(2);  // a new step accepts them again
+    store.grad_begin(0);
+    CHECK_NOTHROW(store.grad_end(0));
+  }
 }

@@ -453,7 +453,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
             .field("ms_per_step", st.ms)
             .field("memory_bytes", trainer.memory().total())
             .field("pipeline_wait_ms", st.pipeline.wait_s * 1000.0)
-            .field("pipeline_compute_ms", st.pipeline.compute_s() * 1000.0);
+            .field("pipeline_compute_ms", st.pipeline.compute_s() * 1000.0)
+            .field("comm_exposed_ms", st.comm_exposed_ms);
         if (cfg.model.experts > 0)
           w.field("aux_loss", st.aux_loss)
               .field("expert_tokens_max", st.expert_tokens_max)

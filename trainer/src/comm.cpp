@@ -67,6 +67,12 @@ Request& Request::operator=(Request&& other) noexcept {
 Request::~Request() {
   if (op_) op_->wait();
 }
+bool Request::test() {
+  if (!op_) return true;
+  if (!op_->test()) return false;
+  wait();
+  return true;
+}
 void Request::wait() {
   if (!op_) return;
   op_->wait();

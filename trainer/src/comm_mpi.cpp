@@ -44,26 +44,12 @@ MpiComm::~MpiComm() {
   if (owned_ && !finalized) MPI_Comm_free(&comm_);
 }
 
+// The blocking forms are the non-blocking ones, waited on: one code path.
 void MpiComm::reduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) {
-  if (size_ == 1) {
-    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
-    return;
-  }
-  std::vector<char> blocks(static_cast<std::size_t>(n) * size_ * dtype_size(t));
-  check(MPI_Alltoall(send, count_of(n), mpi_type(t), blocks.data(), count_of(n), mpi_type(t), comm_),
-        "MPI_Alltoall (reduce_scatter)");
-  reduce_blocks(recv, blocks.data(), size_, n, t, op);
+  ireduce_scatter(send, recv, n, t, op).wait();
 }
 
-void MpiComm::all_gather(const void* send, void* recv, std::int64_t n, DType t) {
-  if (size_ == 1) {
-    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
-    return;
-  }
-  const char* own = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * n * dtype_size(t);
-  const void* src = (send == own) ? MPI_IN_PLACE : send;
-  check(MPI_Allgather(src, count_of(n), mpi_type(t), recv, count_of(n), mpi_type(t), comm_), "MPI_Allgather");
-}
+void MpiComm::all_gather(const void* send, void* recv, std::int64_t n, DType t) { iall_gather(send, recv, n, t).wait(); }
 
 void MpiComm::all_reduce(void* buf, std::int64_t n, DType t, ReduceOp op) {
   if (size_ == 1 || n == 0) return;
@@ -83,9 +69,29 @@ void MpiComm::broadcast(void* buf, std::int64_t n, DType t, int root) {
   check(MPI_Bcast(buf, count_of(n), mpi_type(t), root, comm_), "MPI_Bcast");
 }
 namespace {
-struct MpiPending final : Request::Pending {
+struct MpiPending : Request::Pending {
   MPI_Request req = MPI_REQUEST_NULL;
   void wait() override { check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); }
+  bool test() override {
+    int done = 0;
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+};
+// The non-blocking reduce_scatter: the all-to-all of blocks in flight, the ordered sum when it is done.
+struct MpiReduceScatter final : MpiPending {
+  std::vector<char> blocks;
+  void* recv = nullptr;
+  std::int64_t n = 0;
+  int count = 0;
+  DType t = DType::f32;
+  ReduceOp op = ReduceOp::sum;
+  bool reduced = false;
+  void wait() override {
+    MpiPending::wait();
+    if (!reduced) reduce_blocks(recv, blocks.data(), count, n, t, op);
+    reduced = true;
+  }
 };
 void check_tag(int tag, int ub) {
   if (tag < 0 || tag > ub)
@@ -93,6 +99,36 @@ void check_tag(int tag, int ub) {
                              std::to_string(ub) + "]; use fewer micro-batches per step");
 }
 }  // namespace
+
+Request MpiComm::ireduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) {
+  if (size_ == 1) {
+    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
+    return Request();
+  }
+  auto rs = std::make_unique<MpiReduceScatter>();
+  rs->blocks.resize(static_cast<std::size_t>(n) * size_ * dtype_size(t));
+  rs->recv = recv;
+  rs->n = n;
+  rs->count = size_;
+  rs->t = t;
+  rs->op = op;
+  check(MPI_Ialltoall(send, count_of(n), mpi_type(t), rs->blocks.data(), count_of(n), mpi_type(t), comm_, &rs->req),
+        "MPI_Ialltoall (ireduce_scatter)");
+  return Request(std::move(rs));
+}
+
+Request MpiComm::iall_gather(const void* send, void* recv, std::int64_t n, DType t) {
+  if (size_ == 1) {
+    if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
+    return Request();
+  }
+  const char* own = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * n * dtype_size(t);
+  const void* src = (send == own) ? MPI_IN_PLACE : send;
+  auto op = std::make_unique<MpiPending>();
+  check(MPI_Iallgather(src, count_of(n), mpi_type(t), recv, count_of(n), mpi_type(t), comm_, &op->req),
+        "MPI_Iallgather");
+  return Request(std::move(op));
+}
 
 Request MpiComm::isend(const void* buf, std::int64_t n, DType t, int peer, int tag) {
   check_tag(tag, tag_ub_);

@@ -128,24 +128,40 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
-double init_value(std::uint64_t seed, const std::string& name, std::int64_t index, int layers) {
-  if (ends_with(name, "norm.weight")) return 1.0;
-  double stddev = 0.02;
-  if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight") || ends_with(name, ".w2.weight")) stddev /= std::sqrt(2.0 * layers);
+TensorInit tensor_init(std::uint64_t seed, const std::string& name, int layers) {
+  TensorInit t;
+  t.ones = ends_with(name, "norm.weight");
+  t.stddev = 0.02;
+  if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight") || ends_with(name, ".w2.weight"))
+    t.stddev /= std::sqrt(2.0 * layers);
+  t.key = mix64(seed ^ hash_name(name));
+  return t;
+}
+
+double init_value(const TensorInit& t, std::int64_t index) {
+  if (t.ones) return 1.0;
   // Two uniforms from a counter-based hash of (seed, name, index), then Box-Muller.
-  const std::uint64_t key = mix64(seed ^ hash_name(name));
-  const std::uint64_t a = mix64(key ^ mix64(static_cast<std::uint64_t>(index)));
+  const std::uint64_t a = mix64(t.key ^ mix64(static_cast<std::uint64_t>(index)));
   const std::uint64_t b = mix64(a);
   const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
   const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;          // [0, 1)
-  return stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  return t.stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+double init_value(std::uint64_t seed, const std::string& name, std::int64_t index, int layers) {
+  return init_value(tensor_init(seed, name, layers), index);
 }
 
 template <class T>
 void init_unit(T* buf, const Unit& unit, std::uint64_t seed, int layers) {
-  for (const TensorSlot& t : unit.tensors)
-    for (std::int64_t i = 0; i < t.numel(); ++i)
-      buf[t.offset + i] = static_cast<T>(init_value(seed, t.name, t.global_index(i), layers));
+  for (const TensorSlot& t : unit.tensors) {
+    const TensorInit ti = tensor_init(seed, t.name, layers);  // the name's work once per tensor
+    T* out = buf + t.offset;
+    for (std::int64_t r = 0; r < t.local_rows; ++r) {
+      const std::int64_t g0 = (t.row0 + r) * t.cols + t.col0;  // global index of the row's first element
+      for (std::int64_t c = 0; c < t.local_cols; ++c) *out++ = static_cast<T>(init_value(ti, g0 + c));
+    }
+  }
 }
 template void init_unit<float>(float*, const Unit&, std::uint64_t, int);
 template void init_unit<double>(double*, const Unit&, std::uint64_t, int);

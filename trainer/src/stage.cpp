@@ -173,9 +173,11 @@ double Stage<T>::forward(int mb) {
   const std::int32_t* pos = pos_.data();
   double loss = 0;
   int l = 0;
-  for (int u : units_.units) {
+  for (std::size_t i = 0; i < units_.units.size(); ++i) {
+    const int u = units_.units[i];
     const auto& ts = table_.units[u].tensors;
     const T* w = store_.acquire(u);
+    if (i + 1 < units_.units.size()) store_.prefetch(units_.units[i + 1]);  // ZeRO-3: arrives meanwhile
     if (u == table_.embed_unit()) {
       embedding_forward(dims_, tp_, ts, w, s.ids.data(), s.x, ws_);
     } else if (u == table_.head_unit()) {
@@ -195,6 +197,9 @@ void Stage<T>::unit_backward_input(Slot& s, int u, int layer, double loss_scale)
   if (u == table_.embed_unit()) return;  // no input gradient; its W reads s.dy
   const auto& ts = table_.units[u].tensors;
   const T* w = store_.acquire(u);
+  // ZeRO-3: the unit before this one has the next input backward (not the embedding: it has none).
+  const auto it = std::find(units_.units.begin(), units_.units.end(), u);
+  if (it != units_.units.begin() && *(it - 1) != table_.embed_unit()) store_.prefetch(*(it - 1));
   if (u == table_.head_unit()) {
     head_backward_input(dims_, tp_, ts, w, s.head, s.targets.data(), loss_scale, s.dy, ws_);
   } else {

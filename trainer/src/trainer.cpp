@@ -299,7 +299,7 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
 
   StepStats st;
   if (table_.experts > 0) moe_stats_.reset(table_.layers, table_.experts);
-  store_.zero_grads();
+  store_.zero_grads(static_cast<int>(g.microbatches));
   const std::vector<double> losses =
       runtime_->run(schedule_.ranks[coord_.pp], static_cast<int>(g.microbatches), load, inv_tokens, &st.pipeline);
   store_.reduce_grads();
@@ -369,6 +369,7 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   }
   st.loss = loss_sum * inv_tokens;
   st.grad_norm = norm;
+  st.comm_exposed_ms = store_.take_comm_exposed_ms();
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   st.tokens_per_s = static_cast<double>(g.global_batch * S) / (st.ms / 1000.0);
   return st;

@@ -1,6 +1,7 @@
 #include "meshrun/train/zero.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,10 @@ ParamStore<T>::ParamStore(const ParamTable& table, int zero_stage, std::vector<C
   grads_.resize(nu);
   m_.resize(nu);
   v_.resize(nu);
+  unit_reduce_.resize(nu);
+  reduce_posted_.assign(nu, false);
+  grad_ends_.assign(nu, 0);
+  gathers_.resize(nu);
   std::int64_t max_padded = 0;
   for (std::size_t u = 0; u < nu; ++u) {
     if (!groups_[u]) continue;  // another pipeline stage's unit: no memory here
@@ -38,8 +43,32 @@ ParamStore<T>::ParamStore(const ParamTable& table, int zero_stage, std::vector<C
     m_[u].assign(static_cast<std::size_t>(stage_ == 0 ? padded_[u] : shard_[u]), T(0));
     v_[u].assign(m_[u].size(), T(0));
   }
-  scratch_.assign(static_cast<std::size_t>(max_padded), T(0));
-  track(static_cast<std::int64_t>(scratch_.size() * sizeof(T)));
+  for (int b = 0; b < (stage_ >= 2 ? 2 : 1); ++b) {
+    scratch_[b].assign(static_cast<std::size_t>(max_padded), T(0));
+    track(static_cast<std::int64_t>(scratch_[b].size() * sizeof(T)));
+  }
+}
+
+template <class T>
+template <class F>
+void ParamStore<T>::blocked(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  exposed_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <class T>
+double ParamStore<T>::take_comm_exposed_ms() {
+  const double ms = exposed_ms_;
+  exposed_ms_ = 0;
+  return ms;
+}
+
+template <class T>
+void ParamStore<T>::poll() {
+  for (Request& r : scatter_) r.test();
+  for (Request& r : unit_reduce_) r.test();
+  for (Request& r : gathers_) r.test();
 }
 
 template <class T>
@@ -55,16 +84,22 @@ void ParamStore<T>::track(std::int64_t delta) {
 }
 
 template <class T>
+void ParamStore<T>::prefetch(int u) {
+  if (stage_ < 3 || u < 0 || u >= static_cast<int>(groups_.size()) || !groups_[u] || !gathered_[u].empty()) return;
+  std::vector<T>& g = gathered_[u];
+  g.resize(static_cast<std::size_t>(padded_[u]));
+  track(static_cast<std::int64_t>(g.size() * sizeof(T)));
+  gathers_[u] = groups_[u]->iall_gather(params_[u].data(), g.data(), shard_[u]);
+}
+
+template <class T>
 const T* ParamStore<T>::acquire(int u) {
   require_held(u);
   if (stage_ < 3) return params_[u].data();
-  std::vector<T>& g = gathered_[u];
-  if (g.empty()) {
-    g.resize(static_cast<std::size_t>(padded_[u]));
-    track(static_cast<std::int64_t>(g.size() * sizeof(T)));
-    groups_[u]->all_gather(params_[u].data(), g.data(), shard_[u]);
-  }
-  return g.data();
+  poll();
+  prefetch(u);  // gathers now unless a prefetch already did
+  if (gathers_[u].pending()) blocked([&] { gathers_[u].wait(); });
+  return gathered_[u].data();
 }
 
 template <class T>
@@ -77,33 +112,69 @@ void ParamStore<T>::release(int u) {
 template <class T>
 T* ParamStore<T>::grad_begin(int u) {
   require_held(u);
-  std::fill(scratch_.begin(), scratch_.begin() + padded_[u], T(0));
-  return scratch_.data();
+  poll();
+  if (stage_ >= 2) {
+    cur_ ^= 1;
+    finish_scatter(cur_);  // the older of the two in flight: its buffer is reused now
+  }
+  std::fill(scratch_[cur_].begin(), scratch_[cur_].begin() + padded_[u], T(0));
+  return scratch_[cur_].data();
+}
+
+template <class T>
+void ParamStore<T>::finish_scatter(int b) {
+  const int u = scatter_unit_[b];
+  if (u < 0) return;
+  if (scatter_[b].pending()) blocked([&] { scatter_[b].wait(); });
+  T* g = grads_[u].data();
+  const T* own = scratch_[b].data() + shard_begin(u);
+  for (std::int64_t i = 0; i < shard_[u]; ++i) g[i] += own[i];
+  scatter_unit_[b] = -1;
 }
 
 template <class T>
 void ParamStore<T>::grad_end(int u) {
-  T* g = grads_[u].data();
+  T* s = scratch_[cur_].data();
   if (stage_ < 2) {
-    for (std::int64_t i = 0; i < padded_[u]; ++i) g[i] += scratch_[i];
+    // Its reduction already reads the gradient: a further micro-batch would race with it.
+    if (reduce_posted_[u]) throw std::logic_error("ParamStore: unit " + std::to_string(u) + " got more micro-batch gradients than zero_grads announced");
+    T* g = grads_[u].data();
+    for (std::int64_t i = 0; i < padded_[u]; ++i) g[i] += s[i];
+    if (++grad_ends_[u] == microbatches_) {  // the unit's last micro-batch: its reduction can start
+      unit_reduce_[u] = groups_[u]->ireduce_scatter(g, g + shard_begin(u), shard_[u]);
+      reduce_posted_[u] = true;
+    }
     return;
   }
-  T* own = scratch_.data() + shard_begin(u);
-  groups_[u]->reduce_scatter(scratch_.data(), own, shard_[u]);
-  for (std::int64_t i = 0; i < shard_[u]; ++i) g[i] += own[i];
+  scatter_[cur_] = groups_[u]->ireduce_scatter(s, s + shard_begin(u), shard_[u]);
+  scatter_unit_[cur_] = u;
 }
 
 template <class T>
-void ParamStore<T>::zero_grads() {
+void ParamStore<T>::zero_grads(int microbatches) {
+  for (Request& r : unit_reduce_) r.wait();  // nothing may still read or write the buffers zeroed here
+  finish_scatter(cur_ ^ 1);
+  finish_scatter(cur_);
+  std::fill(reduce_posted_.begin(), reduce_posted_.end(), false);
   for (auto& g : grads_) std::fill(g.begin(), g.end(), T(0));
+  microbatches_ = microbatches;
+  std::fill(grad_ends_.begin(), grad_ends_.end(), 0);
 }
 
 template <class T>
 void ParamStore<T>::reduce_grads() {
-  for (std::size_t u = 0; u < grads_.size(); ++u) {
+  finish_scatter(cur_ ^ 1);  // oldest first
+  finish_scatter(cur_);
+  if (stage_ >= 2) return;
+  for (std::size_t uu = 0; uu < grads_.size(); ++uu) {
+    const int u = static_cast<int>(uu);
     if (!groups_[u]) continue;
-    if (stage_ == 0) groups_[u]->all_reduce(grads_[u].data(), padded_[u]);
-    if (stage_ == 1) groups_[u]->reduce_scatter(grads_[u].data(), grads_[u].data() + shard_begin(int(u)), shard_[u]);
+    T* g = grads_[u].data();
+    if (!reduce_posted_[u]) unit_reduce_[u] = groups_[u]->ireduce_scatter(g, g + shard_begin(u), shard_[u]);
+    reduce_posted_[u] = false;
+    if (unit_reduce_[u].pending()) blocked([&] { unit_reduce_[u].wait(); });
+    // Stage 0 completes the all-reduce (= reduce-scatter + all-gather, the same bits as Comm::all_reduce).
+    if (stage_ == 0 && groups_[u]->size() > 1) blocked([&] { groups_[u]->all_gather(g + shard_begin(u), g, shard_[u]); });
   }
 }
 
@@ -131,6 +202,7 @@ double ParamStore<T>::grad_sumsq(int u, const std::vector<bool>& include) const 
 template <class T>
 void ParamStore<T>::adam_step(kc::AdamW hp) {
   const double wd = hp.weight_decay;
+  std::vector<Request> gathers;  // stages 1-2: each unit's parameters go out while the next one updates
   for (std::size_t uu = 0; uu < params_.size(); ++uu) {
     const int u = static_cast<int>(uu);
     if (!groups_[u]) continue;
@@ -146,8 +218,13 @@ void ParamStore<T>::adam_step(kc::AdamW hp) {
       hp.weight_decay = t.is_vector ? 0.0 : wd;  // no decay on norm weights
       kc::adamw_update(p + (a - lo), m_[u].data() + (a - lo), v_[u].data() + (a - lo), g + (a - lo), b - a, hp);
     }
-    if (stage_ == 1 || stage_ == 2) groups_[u]->all_gather(p, params_[u].data(), shard_[u]);
+    if (stage_ == 1 || stage_ == 2) {
+      gathers.push_back(groups_[u]->iall_gather(p, params_[u].data(), shard_[u]));
+      for (Request& r : gathers) r.test();
+    }
   }
+  for (Request& r : gathers)
+    if (r.pending()) blocked([&] { r.wait(); });
 }
 
 template <class T>

@@ -1,7 +1,8 @@
 // meshrun::kernels::cpu — the CPU kernels of the bundled trainer.
 //
 // CHANGELOG: (signature changes after first publication are listed here, newest first)
-//   - none yet.
+//   - added MatmulIsa, matmul_isa, set_matmul_isa, matmul_isa_name (issue 20: the fma matmul); the
+//     matmul's results changed from plain k-ordered sums to fma chains (same on every ISA).
 //
 // Contract (the CUDA backend, meshrun::gpu::Backend in gpu/, implements the same kernels on device
 // buffers and is checked against these; see docs/kernels.md and docs/gpu.md):
@@ -12,7 +13,9 @@
 //     std::int32_t.
 //   * Arithmetic is done in T (fp32 for float). Reductions use a fixed order that depends only on the
 //     shapes, never on threads or timing: calling a kernel twice on the same inputs gives the same bits.
-//     The library is built without FMA contraction, so the bits do not depend on the vector ISA either.
+//     The library is built without FMA contraction; the matmul uses explicit fused multiply-adds in a
+//     fixed order per output element (see matmul_isa below), so the bits do not depend on the vector
+//     ISA either.
 //     The kernels are single-threaded (one MPI rank per core is the parallelism).
 //   * "overwrite" outputs are fully written (need not be initialized); "ACCUMULATE" outputs are added to
 //     (the caller zeroes them once per step), which is what gradient accumulation over micro-batches and
@@ -34,7 +37,17 @@ enum class Store { overwrite, accumulate };
 // ----------------------------------------------------------------------------------------------------
 // Linear layer, weights in the PyTorch / Hugging Face layout W[out, in] (safetensors shapes match).
 // n = rows (tokens), in = input features, out = output features. No bias (Llama has none).
-// The inner products sum over the contracted index in increasing order.
+// Each inner product is the chain c = fma(a_k, b_k, c), k increasing, from c = 0 (or the old value
+// when accumulating).
+
+// The matmul's micro-kernel (linear layers and attention products), chosen once from the CPU: AVX-512F,
+// else AVX2 + FMA, else the portable std::fma twin. All three give the same bits; the choice only
+// changes speed. set_matmul_isa (tests, benchmarks) returns false, changing nothing, if this CPU lacks
+// the ISA.
+enum class MatmulIsa { portable, avx2_fma, avx512 };
+MatmulIsa matmul_isa();
+bool set_matmul_isa(MatmulIsa isa);
+const char* matmul_isa_name(MatmulIsa isa);
 
 // y[n, out] = x[n, in] · Wᵀ                                     (overwrite y)
 template <class T>

@@ -7,6 +7,9 @@
 // send/recv and the combined sendrecv are built on them. Peers are ranks of this communicator; which
 // peer is a neighbour comes from mesh (RankGrid::ring_peers), not from the trainer.
 //
+// The two ZeRO collectives also come non-blocking (ireduce_scatter, iall_gather), returning the same
+// Request, so data-parallel traffic can run under compute. Same semantics and bits as the blocking forms.
+//
 // Reductions are deterministic and fixed-order: every sum is ((x_0 + x_1) + x_2) + ... over group ranks,
 // whatever the chunking. So all_reduce == reduce_scatter + all_gather bit for bit, every rank gets the
 // same bits, and ZeRO stages that only move the reduction point compute identical numbers.
@@ -37,6 +40,9 @@ class Request {
   struct Pending {
     virtual ~Pending() = default;
     virtual void wait() = 0;
+    // Lets the operation progress (MPI moves non-blocking collectives only inside MPI calls); true once
+    // it has completed, so that wait() returns at once.
+    virtual bool test() { return false; }
   };
   Request() = default;
   explicit Request(std::unique_ptr<Pending> op) : op_(std::move(op)) {}
@@ -44,6 +50,7 @@ class Request {
   Request& operator=(Request&& other) noexcept;
   ~Request();
   void wait();
+  bool test();  // true (and completed) when done; an empty Request is done
   bool pending() const { return op_ != nullptr; }
 
  private:
@@ -63,6 +70,18 @@ class Comm {
   // send[n] -> recv[size·n], block r from rank r. send may alias recv's own block (in place).
   virtual void all_gather(const void* send, void* recv, std::int64_t n, DType t) = 0;
   virtual void broadcast(void* buf, std::int64_t n, DType t, int root) = 0;
+  // Non-blocking reduce_scatter and all_gather: the buffers belong to the operation until its Request
+  // completes; recv is written only then. This default runs the blocking call and returns a completed
+  // Request: LocalComm and decorators (which so see every collective through the blocking calls) use
+  // it, MpiComm overlaps.
+  virtual Request ireduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) {
+    reduce_scatter(send, recv, n, t, op);
+    return Request();
+  }
+  virtual Request iall_gather(const void* send, void* recv, std::int64_t n, DType t) {
+    all_gather(send, recv, n, t);
+    return Request();
+  }
   // Non-blocking point-to-point; tag in [0, max_tag()].
   virtual Request isend(const void* buf, std::int64_t n, DType t, int peer, int tag) = 0;
   virtual Request irecv(void* buf, std::int64_t n, DType t, int peer, int tag) = 0;
@@ -93,6 +112,12 @@ class Comm {
   }
   template <class T> void all_gather(const T* send, T* recv, std::int64_t n) {
     all_gather(static_cast<const void*>(send), static_cast<void*>(recv), n, dtype_of<T>());
+  }
+  template <class T> Request ireduce_scatter(const T* send, T* recv, std::int64_t n, ReduceOp op = ReduceOp::sum) {
+    return ireduce_scatter(static_cast<const void*>(send), static_cast<void*>(recv), n, dtype_of<T>(), op);
+  }
+  template <class T> Request iall_gather(const T* send, T* recv, std::int64_t n) {
+    return iall_gather(static_cast<const void*>(send), static_cast<void*>(recv), n, dtype_of<T>());
   }
 };
 

@@ -15,6 +15,8 @@ class MpiComm final : public Comm {
   using Comm::all_gather;  // keep the typed conveniences visible
   using Comm::all_reduce;
   using Comm::reduce_scatter;
+  using Comm::ireduce_scatter;
+  using Comm::iall_gather;
   explicit MpiComm(MPI_Comm comm, bool owned);  // owned: MPI_Comm_free on destruction
   ~MpiComm() override;
   MpiComm(const MpiComm&) = delete;
@@ -25,6 +27,8 @@ class MpiComm final : public Comm {
   void reduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) override;
   void all_gather(const void* send, void* recv, std::int64_t n, DType t) override;
   void broadcast(void* buf, std::int64_t n, DType t, int root) override;
+  Request ireduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) override;
+  Request iall_gather(const void* send, void* recv, std::int64_t n, DType t) override;
   Request isend(const void* buf, std::int64_t n, DType t, int peer, int tag) override;
   Request irecv(void* buf, std::int64_t n, DType t, int peer, int tag) override;
   int max_tag() const override { return tag_ub_; }

@@ -64,6 +64,14 @@ ParamTable build_param_table(const ModelSpec& model, int tp, int tp_rank);
 // on (seed, name, index). Norm weights are 1; other weights N(0, 0.02²), output projections (o_proj,
 // down_proj) N(0, (0.02/√(2L))²) as in GPT-2.
 double init_value(std::uint64_t seed, const std::string& name, std::int64_t index, int layers);
+// The same in two parts, so that a loop over a tensor's elements looks at the name once.
+struct TensorInit {
+  bool ones = false;
+  double stddev = 0;
+  std::uint64_t key = 0;  // mix64(seed ^ hash_name(name))
+};
+TensorInit tensor_init(std::uint64_t seed, const std::string& name, int layers);
+double init_value(const TensorInit& t, std::int64_t index);
 // Fills a unit's flat buffer (padding stays as it is).
 template <class T>
 void init_unit(T* buf, const Unit& unit, std::uint64_t seed, int layers);

@@ -33,6 +33,7 @@ struct StepStats {
   int step = 0;  // 1-based, as printed
   double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, ms = 0;
   PipelineTiming pipeline;  // this rank's action list: time blocked in receives, in F/B/W
+  double comm_exposed_ms = 0;  // blocked on data-parallel / ZeRO communication (ParamStore, zero.hpp)
   // Mixture of experts (zeros for a dense model): the load-balancing loss (already times
   // router_aux_loss_coef, averaged over the step's micro-batches; `loss` stays the language-model loss),
   // the assignments per (layer, expert) over the step (max and mean), and the token bytes this rank sent

@@ -13,6 +13,19 @@
 //   stage 3: as 2, and parameters live only as shards: a unit is all-gathered for its forward and again
 //            for its backward, and freed after use.
 // With one micro-batch per rank all four stages compute identical bits (same fixed-order sums).
+//
+// Communication runs under compute on the non-blocking collectives of Comm, without changing any sum:
+//   stages 2-3: a unit's reduce-scatter is posted when its backward is done and completed when its
+//            scratch buffer comes round again (two alternate) or at reduce_grads; the shard is added to
+//            the accumulated gradient then, oldest first, so in micro-batch order as before.
+//   stages 0-1: a unit's reduce-scatter is posted after its last micro-batch's backward (zero_grads
+//            says how many there are), stage 0's all-gather follows in reduce_grads.
+//   stage 3:  prefetch(u) posts the all-gather of the unit computed next while this one computes.
+//   stages 1-2: adam_step posts each unit's all-gather after its update and waits for them at the end.
+// Open MPI moves non-blocking collectives only inside MPI calls, so the store tests its pending requests
+// at every unit boundary. comm_exposed_ms is the wall time this store spent blocked on data-parallel
+// communication: waiting for those requests plus the collectives that still block (stage 0's gradient
+// all-gather). It does not include TP/CP/PP traffic.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -45,13 +58,17 @@ class ParamStore {
   // Full local parameters of unit u for compute (ZeRO-3 gathers them; release frees them).
   const T* acquire(int u);
   void release(int u);
+  // ZeRO-3: starts gathering unit u (the next one to be acquired) so it arrives during the current
+  // unit's compute; a no-op at other stages, for units not held or already gathered.
+  void prefetch(int u);
 
   // Gradients of one micro-batch: grad_begin returns a zeroed unit-sized buffer, grad_end folds it into
   // the accumulated gradient (stages 2-3: reduce-scatter first).
   T* grad_begin(int u);
   void grad_end(int u);
 
-  void zero_grads();
+  // Starts a step; microbatches = grad_end calls each unit gets in it (0: unknown, no early reduction).
+  void zero_grads(int microbatches = 0);
   // After the last micro-batch: completes each held unit's reduction (stage 0 all-reduce, 1 reduce-scatter).
   void reduce_grads();
   // Σ g² over this rank's shard of unit u, tensors with include[t] only, in tensor order (double).
@@ -77,9 +94,15 @@ class ParamStore {
   std::int64_t shard_begin(int u) const { return static_cast<std::int64_t>(groups_[u]->rank()) * shard_[u]; }
 
   MemoryReport memory() const;
+  // Milliseconds blocked on data-parallel communication since the last call (see above); resets.
+  double take_comm_exposed_ms();
 
  private:
   void track(std::int64_t delta_bytes);
+  void poll();
+  void finish_scatter(int b);  // completes scratch buffer b's reduce-scatter and accumulates its shard
+  template <class F>
+  void blocked(F&& f);  // runs f, counting its time as exposed communication
 
   void require_held(int u) const;
 
@@ -91,7 +114,16 @@ class ParamStore {
   std::vector<std::vector<T>> gathered_;    // stage 3: gathered units while acquired
   std::vector<std::vector<T>> grads_;       // per unit: full (stage <2) or shard (stage >=2)
   std::vector<std::vector<T>> m_, v_;       // Adam moments: full (stage 0) or shard
-  std::vector<T> scratch_;                  // one micro-batch's gradient of one unit
+  std::vector<T> scratch_[2];               // one micro-batch's gradient of one unit (stages 2-3: two, alternating)
+  int cur_ = 0;                             // the scratch buffer in use
+  Request scatter_[2];                      // stages 2-3: each scratch buffer's reduce-scatter in flight
+  int scatter_unit_[2] = {-1, -1};
+  std::vector<Request> unit_reduce_;        // stages 0-1: the unit's gradient reduce-scatter
+  std::vector<bool> reduce_posted_;
+  std::vector<int> grad_ends_;              // grad_end calls of the unit in this step
+  int microbatches_ = 0;
+  std::vector<Request> gathers_;            // stage 3: the unit's all-gather into gathered_
+  double exposed_ms_ = 0;
   std::int64_t transient_ = 0, transient_peak_ = 0;
 };
 
