@@ -28,7 +28,9 @@ struct JsonValue {
   std::string text;  // string contents or number/literal spelling
   std::vector<std::pair<std::string, JsonValue>> members;
   std::vector<JsonValue> items;
+  JsonValue();
 };
+JsonValue::JsonValue() = default;
 
 class JsonParser {
  public:
