@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     verify_checkpoint(dir);
-    FUZZ_CHECK(files == 0, "a manifest listing " + std::to_string(files) + " shard files verified without them");
+    // (verification reads only what it needs: a manifest read_checkpoint_info refuses may still verify)
+    if (files >= 0) FUZZ_CHECK(files == 0, "a manifest listing " + std::to_string(files) + " shard files verified without them");
   } catch (const CheckpointError& e) {
     FUZZ_CHECK(!std::string(e.what()).empty(), "CheckpointError message");
   }
