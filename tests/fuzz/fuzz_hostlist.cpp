@@ -37,12 +37,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!names) return 0;
   for (const auto& n : *names)
     FUZZ_CHECK(!n.empty() && n.find_first_of(",[]") == n.npos, "expanded name '" + n + "'");
-  if (names->empty()) return 0;
+  // The round trips re-parse every name: bounded so that the time limit measures the code, not the checks.
+  if (names->empty() || names->size() > (1u << 16)) return 0;
   const auto again = expand(print(*names), nl);
   FUZZ_CHECK(again && *again == *names, "parse -> print -> parse of '" + std::string(a) + "'");
   if (b.empty() || b.find('\0') != b.npos) return 0;
   const auto second = expand(b, nl);
-  if (!second || second->empty()) return 0;
+  if (!second || second->empty() || second->size() > (1u << 16)) return 0;
   const auto both = expand(std::string(a) + "," + std::string(b), nl);
   FUZZ_CHECK(both && both->size() == names->size() + second->size(), "count of 'A,B' != count of A + count of B");
   FUZZ_CHECK(std::equal(names->begin(), names->end(), both->begin()) &&
