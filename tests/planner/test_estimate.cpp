@@ -22,7 +22,6 @@ const Table4Row kTable4[] = {
     {16384, 8, 1, 16, 8192, 2048, 400},
     {16384, 8, 16, 16, 131072, 128, 380},
 };
-constexpr double kGiB = double(1 << 30);
 }  // namespace
 
 TEST_CASE("Table 4 layouts: estimated TFLOP/s per GPU within ±15% of the paper on H100", "[planner][table4]") {

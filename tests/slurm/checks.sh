@@ -16,7 +16,10 @@ for v in $(env | grep -o '^SLURM_SPANK[A-Za-z0-9_]*'); do unset "$v"; done   # n
 T() { timeout "${LIMIT:-60}" "$@"; }
 # A memory cap on every client command (srun, sbatch, salloc, meshrun) so a regression such as reading
 # /dev/zero fails instead of exhausting the machine; the tasks run under slurmstepd, outside this cap.
-ulimit -v 8000000 2>/dev/null || echo "note: could not set a memory cap (ulimit -v)"
+# Address-space caps (ulimit -v) cannot apply to ASan-built binaries, which reserve terabytes of shadow memory;
+# scripts/test --sanitize sets MESHRUN_SANITIZE=1 and bounds memory with ASan's hard_rss_limit_mb instead.
+vmem_cap() { [ -n "${MESHRUN_SANITIZE:-}" ] || ulimit -v "$1"; }
+vmem_cap 8000000 2>/dev/null || echo "note: could not set a memory cap (ulimit -v)"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 say() { echo "-- $*"; }
 
@@ -117,11 +120,11 @@ case $NAME in
     mkfifo fifo.toml
     head -c 2000000 /dev/zero | tr '\0' '#' >big.toml
     for f in /dev/zero "$WORK/fifo.toml" "$WORK/big.toml" "$WORK"; do
-      out=$( (ulimit -v 1000000; LIMIT=20 T sbatch -N 1 --mesh-template="$f" --wrap true) 2>&1); rc=$?
+      out=$( (vmem_cap 1000000; LIMIT=20 T sbatch -N 1 --mesh-template="$f" --wrap true) 2>&1); rc=$?
       [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "sbatch --mesh-template=$f: rc=$rc (124 = hung): $out"
       echo "$out" | grep -Eq 'not a regular file|larger than 1 MiB' || fail "sbatch --mesh-template=$f: no clear line: $out"
       echo "$out" | grep -q 'Submitted' && fail "a job was submitted with --mesh-template=$f"
-      out=$( (ulimit -v 1000000; LIMIT=20 T srun -N 1 --mesh-template="$f" true) 2>&1); rc=$?
+      out=$( (vmem_cap 1000000; LIMIT=20 T srun -N 1 --mesh-template="$f" true) 2>&1); rc=$?
       [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "srun --mesh-template=$f: rc=$rc: $out"
       say "refused: --mesh-template=$f -> $(echo "$out" | grep -m1 -o 'meshrun: .*')"
     done
@@ -374,7 +377,7 @@ EOS
     # reproducer of the issue, then a refusal, then steps whose shape only the created step knows (-w), each
     # followed by a plain step that must start at once. Memory-capped; the whole allocation under 60 s.
     start=$(date +%s)
-    out=$( (ulimit -v 4000000; T salloc -N1 -n2 bash -c '
+    out=$( (vmem_cap 4000000; T salloc -N1 -n2 bash -c '
       srun --mesh-tp=2 --mesh-dry-run touch '"$WORK"'/ran; echo "dry rc=$?"
       timeout 15 srun -n2 true; echo "next1 rc=$?"
       srun --mesh-tp=3 touch '"$WORK"'/ran; echo "bad rc=$?"

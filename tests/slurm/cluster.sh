@@ -10,7 +10,7 @@ done
 case ${1:-} in
   up)
     timeout 60 "$SRC/scripts/local-slurm" down --dir "$LAB" >/dev/null 2>&1   # leftovers of an aborted run
-    rm -rf "$LAB/jobs" "$LAB/state" "$LAB/log"
+    rm -rf "$LAB/jobs" "$LAB/state" "$LAB/log"   # (also the sanitizer logs of an earlier run)
     exec timeout 120 "$SRC/scripts/local-slurm" up --dir "$LAB" --debug --plugin "$PLUGIN" \
       --plugin-args "topology_xml=$TOPOLOGY_XML"
     ;;
@@ -21,6 +21,12 @@ case ${1:-} in
     if echo "$state" | grep -Eiq 'drain|down|fail|error'; then
       echo "FAIL: a node is drained or down after the tests:" >&2
       timeout 20 sinfo -N -o '%N %T %E' >&2
+      rc=1
+    fi
+    # Sanitizer runs: any ASan/UBSan report of the plugin inside slurmd or slurmstepd fails the run.
+    if ls "$LAB"/log/sanitizer.* >/dev/null 2>&1; then
+      echo "FAIL: sanitizer reports from slurmd/slurmstepd:" >&2
+      head -n 40 "$LAB"/log/sanitizer.* >&2
       rc=1
     fi
     # The per-task cost of the plugin's task_init, from the slurmstepd debug log (the number for docs).

@@ -9,7 +9,10 @@ set -u
 bin=$1 fixtures=$2 shared=$3 tiny=$4
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
-run() { (ulimit -v 2000000; timeout 60 "$@"); }
+# Address-space caps (ulimit -v) cannot apply to ASan-built binaries, which reserve terabytes of shadow memory;
+# scripts/test --sanitize sets MESHRUN_SANITIZE=1 and bounds memory with ASan's hard_rss_limit_mb instead.
+vmem_cap() { [ -n "${MESHRUN_SANITIZE:-}" ] || ulimit -v "$1"; }
+run() { (vmem_cap 2000000; timeout 60 "$@"); }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf '[site]\nhca_scope = "rank"\n' >"$tmp/rank.toml"

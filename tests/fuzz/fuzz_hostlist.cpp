@@ -1,0 +1,53 @@
+// Target 2: Slurm hostlist expressions (cluster.hosts, SLURM_JOB_NODELIST).
+// Contracts: expansion either succeeds or returns nullopt with a one-line error; every expanded name is a
+// plain host name (non-empty, no ',', '[' or ']'); printing the names comma-separated and parsing that again
+// gives the same list (parse -> print -> parse round trip); "A,B" expands to A's names followed by B's, so
+// the count of a list is the sum of its parts.
+#include "fuzz_common.hpp"
+#include "meshrun/hostlist.hpp"
+
+using namespace meshrun;
+
+namespace {
+
+std::optional<std::vector<std::string>> expand(std::string_view expr, bool input_had_newline) {
+  std::string error;
+  auto names = expand_hostlist(expr, &error);
+  // Raw messages echo the expression; ConfigError cuts long values when the config layer wraps them.
+  if (!names)
+    FUZZ_CHECK(!error.empty() && (input_had_newline || error.find('\n') == error.npos), "error for '" + std::string(expr) + "'");
+  return names;
+}
+
+std::string print(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  const bool nl = in.find('\n') != in.npos;
+  // An optional second expression after a NUL byte, for the concatenation check.
+  const size_t nul = in.find('\0');
+  const std::string_view a = in.substr(0, nul), b = nul == in.npos ? std::string_view() : in.substr(nul + 1);
+  const auto names = expand(a, nl);
+  if (!names) return 0;
+  for (const auto& n : *names)
+    FUZZ_CHECK(!n.empty() && n.find_first_of(",[]") == n.npos, "expanded name '" + n + "'");
+  // The round trips re-parse every name: bounded so that the time limit measures the code, not the checks.
+  if (names->empty() || names->size() > (1u << 16)) return 0;
+  const auto again = expand(print(*names), nl);
+  FUZZ_CHECK(again && *again == *names, "parse -> print -> parse of '" + std::string(a) + "'");
+  if (b.empty() || b.find('\0') != b.npos) return 0;
+  const auto second = expand(b, nl);
+  if (!second || second->empty() || second->size() > (1u << 16)) return 0;
+  const auto both = expand(std::string(a) + "," + std::string(b), nl);
+  FUZZ_CHECK(both && both->size() == names->size() + second->size(), "count of 'A,B' != count of A + count of B");
+  FUZZ_CHECK(std::equal(names->begin(), names->end(), both->begin()) &&
+                 std::equal(second->begin(), second->end(), both->begin() + static_cast<long>(names->size())),
+             "'A,B' is not A's names followed by B's");
+  return 0;
+}
