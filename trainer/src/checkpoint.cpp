@@ -1,5 +1,6 @@
 #include "meshrun/train/checkpoint.hpp"
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/train/safetensors.hpp"
 
 #include <fcntl.h>
@@ -241,15 +242,13 @@ json must_match(const JobConfig& c, std::int64_t data_tokens) {
 }
 
 json read_json_file(const std::string& path) {
-  std::ifstream is(path, std::ios::binary);
-  if (!is) throw CheckpointError("cannot read " + path + "; the checkpoint directory is incomplete");
-  // A manifest is a few KiB per rank; a larger file is not one (and is not read into memory whole).
-  constexpr std::streamsize kMaxManifest = 256 << 20;
-  std::string text(static_cast<std::size_t>(kMaxManifest) + 1, '\0');
-  is.read(text.data(), kMaxManifest + 1);
-  text.resize(static_cast<std::size_t>(is.gcount()));
-  if (text.size() > static_cast<std::size_t>(kMaxManifest))
-    throw CheckpointError(path + ": larger than 256 MiB, not a meshrun manifest; the checkpoint is damaged: remove it or point latest at an older step");
+  if (!std::ifstream(path)) throw CheckpointError("cannot read " + path + "; the checkpoint directory is incomplete");
+  // A manifest is a few KiB per rank; a larger file is not one. read_bounded_file sizes its buffer from the
+  // file, so a resume does not allocate the limit.
+  constexpr size_t kMaxManifest = size_t(256) << 20;
+  std::string text, error;
+  if (!read_bounded_file(path, kMaxManifest, "checkpoint manifest", &text, &error))
+    throw CheckpointError(error + "; the checkpoint is damaged: remove it or point latest at an older step");
   try {
     return parse_json_bounded<CheckpointError>(text, path);
   } catch (const CheckpointError& e) {
