@@ -14,7 +14,10 @@ m() {
   local vars=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
   shift
-  env -i PATH=/usr/bin:/bin HOME="$work" "${vars[@]}" timeout 60 "$MESHRUN" "$@" >"$work/out" 2>"$work/err"
+  # The sanitizer build's options (suppressions, unwinder) survive the clean environment.
+  local san=()
+  for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do [ -z "${!v:-}" ] || san+=("$v=${!v}"); done
+  env -i PATH=/usr/bin:/bin HOME="$work" "${san[@]}" "${vars[@]}" timeout 60 "$MESHRUN" "$@" >"$work/out" 2>"$work/err"
   echo $? >"$work/rc"
 }
 fail() { echo "FAIL [$case_name]: $*"; echo "--- stdout"; cat "$work/out"; echo "--- stderr"; cat "$work/err"; exit 1; }

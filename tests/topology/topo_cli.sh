@@ -69,7 +69,7 @@ for case in root-without-complete-cpuset:'crashed reading it (signal 11)' \
   for cmd in "topo --no-site --xml $f" \
              "plan $tiny --set cluster.node_type=dgx-h100 --set cluster.gpus_per_node=8 --topology $f" \
              "exec --no-site --topology $f --rank 0 --world-size 8 --print-env"; do
-    err=$( (ulimit -v 1048576; ulimit -c 0; timeout 60 "$bin" $cmd) 2>&1 >/dev/null); rc=$?
+    err=$( (vmem_cap 1048576; ulimit -c 0; timeout 60 "$bin" $cmd) 2>&1 >/dev/null); rc=$?
     check "$name: meshrun ${cmd%% *} exits 2 (rc $rc)" "[ $rc -eq 2 ]"
     check "$name: meshrun ${cmd%% *}: one line naming the file and the problem: $err" \
           "[ \$(echo \"\$err\" | wc -l) -eq 1 ] && echo \"\$err\" | grep -qF -- '$f' && echo \"\$err\" | grep -qF -- '$want'"

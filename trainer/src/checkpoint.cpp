@@ -582,7 +582,7 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
     std::int64_t maxw = 0;
     for (std::int64_t l : lens) maxw = std::max(maxw, (l + 7) / 8);
     std::vector<std::int64_t> words(static_cast<std::size_t>(maxw), 0), all(static_cast<std::size_t>(maxw * world.size()));
-    std::memcpy(words.data(), mine.data(), mine.size());
+    if (!mine.empty()) std::memcpy(words.data(), mine.data(), mine.size());  // no memcpy from null: UB even for 0 bytes
     if (maxw > 0) world.all_gather(words.data(), all.data(), maxw);
     std::vector<std::string> out;
     for (int r = 0; r < world.size(); ++r)
@@ -679,7 +679,7 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
     world.all_gather(&len, lens.data(), 1);
     const std::int64_t my_words = (len + 7) / 8;
     std::vector<std::int64_t> words(static_cast<std::size_t>(my_words), 0);
-    std::memcpy(words.data(), mine.data(), mine.size());
+    if (!mine.empty()) std::memcpy(words.data(), mine.data(), mine.size());  // no memcpy from null: UB even for 0 bytes
     std::vector<std::int64_t> send_counts(static_cast<std::size_t>(world.size()), 0), recv_counts(send_counts);
     send_counts[0] = my_words;
     std::int64_t total_words = 0;
