@@ -216,13 +216,18 @@ SH
       --set training.steps=2000 --output "$WORK/job-%j.out") || fail "meshrun sbatch failed: $out"
     id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
     [ -n "$id" ] || fail "no job id in: $out"
-    for _ in $(seq 600); do grep -q '^step *3/' "job-$id.out" 2>/dev/null && break; sleep 0.1; done
+    # The sanitizer build (scripts/test --sanitize) runs the four ranks 5-10x slower: wait 5x as long.
+    steps_wait=600
+    [ -n "${MESHRUN_SANITIZE:-}" ] && steps_wait=3000
+    for _ in $(seq $steps_wait); do grep -q '^step *3/' "job-$id.out" 2>/dev/null && break; sleep 0.1; done
+    grep -q '^step *3/' "job-$id.out" 2>/dev/null ||
+      { T scancel "$id"; fail "job $id ($(job_state "$id")) did not reach step 3 in $((steps_wait / 10)) s: $(tail -5 "job-$id.out" 2>&1)"; }
     victim=
     for p in $(pgrep -x meshrun-train); do
       env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
       echo "$env" | grep -qx "SLURM_JOB_ID=$id" && echo "$env" | grep -qx "SLURM_PROCID=2" && victim=$p
     done
-    [ -n "$victim" ] || { T scancel "$id"; fail "rank 2 of job $id not found"; }
+    [ -n "$victim" ] || { T scancel "$id"; fail "rank 2 of job $id ($(job_state "$id")) not found: $(tail -5 "job-$id.out" 2>&1)"; }
     kill -KILL "$victim"
     t0=$(date +%s)
     wait_job "$id"
