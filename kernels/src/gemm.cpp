@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <immintrin.h>
+#include <utility>
 
 #include "gemm.hpp"
 
@@ -15,41 +16,56 @@ namespace meshrun::kernels::detail {
 
 namespace {
 
+// A tile reads A either from a packed micro-panel (element (r, k) at a[k * MR + r]) or from A's rows in
+// place (element (r, k) at a[r * lda + k]: row-major activations, no packing). R ≤ MR is the number of
+// rows the tile computes: an edge panel of fewer rows runs a kernel of that height instead of MR rows
+// padded with zeros (a 64-row product in 12-row tiles wasted 11%).
+enum class ALayout { packed, rows };
+
 // The twin: plain C++ with std::fma (GCC vectorizes it where the target has FMA; otherwise libm's fma).
-template <class T, int MR, int NR>
-void tile_portable(T* c, std::int64_t ldc, const T* ap, const T* bp, std::int64_t kc, bool load_c) {
-  T acc[MR][NR];
-  for (int r = 0; r < MR; ++r)
+template <class T, int MR, int NR, ALayout L, int R>
+void tile_portable(T* c, std::int64_t ldc, const T* a, std::int64_t lda, const T* bp, std::int64_t ldb,
+                   std::int64_t kc, bool load_c) {
+  T acc[R][NR];
+  for (int r = 0; r < R; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = load_c ? c[r * ldc + j] : T(0);
   for (std::int64_t k = 0; k < kc; ++k)
-    for (int r = 0; r < MR; ++r)
-      for (int j = 0; j < NR; ++j) acc[r][j] = std::fma(ap[k * MR + r], bp[k * NR + j], acc[r][j]);
-  for (int r = 0; r < MR; ++r)
+    for (int r = 0; r < R; ++r) {
+      const T av = L == ALayout::packed ? a[k * MR + r] : a[r * lda + k];
+      for (int j = 0; j < NR; ++j) acc[r][j] = std::fma(av, bp[k * ldb + j], acc[r][j]);
+    }
+  for (int r = 0; r < R; ++r)
     for (int j = 0; j < NR; ++j) c[r * ldc + j] = acc[r][j];
 }
 
 // 12 × 32 floats: 24 zmm accumulators, two B vectors and a broadcast per step (28 of 32 registers), so
-// both FMA pipes stay busy through the 4-cycle latency.
+// both FMA pipes stay busy through the 4-cycle latency. In place, the rows are addressed from one
+// pointer per three rows with lda and 2·lda as scaled index (few general registers).
 constexpr int kMr512 = 12;
-__attribute__((target("avx512f"))) void tile_avx512(float* c, std::int64_t ldc, const float* ap, const float* bp,
-                                                    std::int64_t kc, bool load_c) {
-  __m512 acc[kMr512][2];
+template <ALayout L, int R>
+__attribute__((target("avx512f"))) void tile_avx512(float* c, std::int64_t ldc, const float* a, std::int64_t lda,
+                                                    const float* bp, std::int64_t ldb, std::int64_t kc,
+                                                    bool load_c) {
+  __m512 acc[R][2];
 #pragma GCC unroll 12
-  for (int r = 0; r < kMr512; ++r) {
+  for (int r = 0; r < R; ++r) {
     acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
     acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
   }
+  const float* third[(R + 2) / 3];  // rows 3q, 3q+1, 3q+2 (only pointers to rows this tile has)
+#pragma GCC unroll 4
+  for (int q = 0; q < (R + 2) / 3; ++q) third[q] = a + 3 * q * lda;
   for (std::int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(bp + k * 32), b1 = _mm512_loadu_ps(bp + k * 32 + 16);
+    const __m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = _mm512_loadu_ps(bp + k * ldb + 16);
 #pragma GCC unroll 12
-    for (int r = 0; r < kMr512; ++r) {
-      const __m512 a = _mm512_set1_ps(ap[k * kMr512 + r]);
-      acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(L == ALayout::packed ? a[k * kMr512 + r] : third[r / 3][(r % 3) * lda + k]);
+      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
     }
   }
 #pragma GCC unroll 12
-  for (int r = 0; r < kMr512; ++r) {
+  for (int r = 0; r < R; ++r) {
     _mm512_storeu_ps(c + r * ldc, acc[r][0]);
     _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
   }
@@ -57,35 +73,63 @@ __attribute__((target("avx512f"))) void tile_avx512(float* c, std::int64_t ldc, 
 
 // 6 × 16 floats in ymm: 12 accumulators + 2 B vectors + a broadcast (15 of 16 registers).
 constexpr int kMr256 = 6;
-__attribute__((target("avx2,fma"))) void tile_avx2(float* c, std::int64_t ldc, const float* ap, const float* bp,
-                                                   std::int64_t kc, bool load_c) {
-  __m256 acc[kMr256][2];
+template <ALayout L, int R>
+__attribute__((target("avx2,fma"))) void tile_avx2(float* c, std::int64_t ldc, const float* a, std::int64_t lda,
+                                                   const float* bp, std::int64_t ldb, std::int64_t kc,
+                                                   bool load_c) {
+  __m256 acc[R][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr256; ++r) {
+  for (int r = 0; r < R; ++r) {
     acc[r][0] = load_c ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
     acc[r][1] = load_c ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
   }
+  const float* third[(R + 2) / 3];
+#pragma GCC unroll 2
+  for (int q = 0; q < (R + 2) / 3; ++q) third[q] = a + 3 * q * lda;
   for (std::int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(bp + k * 16), b1 = _mm256_loadu_ps(bp + k * 16 + 8);
+    const __m256 b0 = _mm256_loadu_ps(bp + k * ldb), b1 = _mm256_loadu_ps(bp + k * ldb + 8);
 #pragma GCC unroll 6
-    for (int r = 0; r < kMr256; ++r) {
-      const __m256 a = _mm256_broadcast_ss(ap + k * kMr256 + r);
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(L == ALayout::packed ? a + k * kMr256 + r : third[r / 3] + (r % 3) * lda + k);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
     }
   }
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr256; ++r) {
+  for (int r = 0; r < R; ++r) {
     _mm256_storeu_ps(c + r * ldc, acc[r][0]);
     _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
   }
 }
 
-constexpr MicroKernel<float> kFloatAvx512{kMr512, 32, tile_avx512};
-constexpr MicroKernel<float> kFloatAvx2{kMr256, 16, tile_avx2};
-constexpr MicroKernel<float> kFloatPortable{6, 16, tile_portable<float, 6, 16>};
+// The tables of kernels, one per layout and height 1..MR.
+template <class T, int MR, template <ALayout, int> class K, std::size_t... I>
+constexpr MicroKernel<T> make_kernel(std::int64_t nr, std::index_sequence<I...>) {
+  return {MR, nr, {K<ALayout::packed, int(I) + 1>::fn...}, {K<ALayout::rows, int(I) + 1>::fn...}};
+}
+template <ALayout L, int R>
+struct Avx512 {
+  static constexpr TileFn<float> fn = tile_avx512<L, R>;
+};
+template <ALayout L, int R>
+struct Avx2 {
+  static constexpr TileFn<float> fn = tile_avx2<L, R>;
+};
+template <class T, int MR, int NR>
+struct Portable {
+  template <ALayout L, int R>
+  struct K {
+    static constexpr TileFn<T> fn = tile_portable<T, MR, NR, L, R>;
+  };
+};
+
+constexpr MicroKernel<float> kFloatAvx512 = make_kernel<float, kMr512, Avx512>(32, std::make_index_sequence<kMr512>());
+constexpr MicroKernel<float> kFloatAvx2 = make_kernel<float, kMr256, Avx2>(16, std::make_index_sequence<kMr256>());
+constexpr MicroKernel<float> kFloatPortable =
+    make_kernel<float, 6, Portable<float, 6, 16>::K>(16, std::make_index_sequence<6>());
 // The float64 path serves gradient checks: the portable kernel only (correct, not fast).
-constexpr MicroKernel<double> kDoublePortable{4, 8, tile_portable<double, 4, 8>};
+constexpr MicroKernel<double> kDoublePortable =
+    make_kernel<double, 4, Portable<double, 4, 8>::K>(8, std::make_index_sequence<4>());
 
 bool cpu_has(cpu::MatmulIsa isa) {
   switch (isa) {

@@ -9,8 +9,9 @@
 // the AVX-512 and AVX2 micro-kernels and the portable std::fma twin give the same bits (gemm.cpp picks
 // one from the CPU at run time). Between depth blocks the partial sum is carried in C (an exact float).
 //
-// Blocks of B (KC × NC) are packed into NR-wide micro-panels, blocks of A (MC × KC) into MR-row
-// micro-panels; the micro-kernel keeps an MR × NR tile of C in registers.
+// Blocks of B (KC × NC) are packed into NR-wide micro-panels; blocks of A (MC × KC) are read in place
+// when A is row-major, else packed into MR-row micro-panels; the micro-kernel keeps an MR × NR tile of C
+// in registers, and a last panel of fewer rows runs a kernel of that height.
 #pragma once
 
 #include <algorithm>
@@ -29,14 +30,19 @@ struct View {  // element (r, c) is p[r * rs + c * cs]
   T operator()(std::int64_t r, std::int64_t c) const { return p[r * rs + c * cs]; }
 };
 
-// c[mr × nr] (+)= ap (kc × mr, k-major) · bp (kc × nr, k-major), for one full register tile.
+// c[rows × nr] (+)= A (rows × kc) · B (kc × nr) for one register tile. A is a packed micro-panel
+// (a[k * mr + r], lda unused) or, in the `rows` table, rows of A in place (a[r * lda + k]); B's row k is
+// b[k * ldb .. + nr): a packed micro-panel (ldb = nr) or a row-major B in place.
 template <class T>
-using TileFn = void (*)(T* c, std::int64_t ldc, const T* ap, const T* bp, std::int64_t kc, bool load_c);
+using TileFn = void (*)(T* c, std::int64_t ldc, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+                        std::int64_t kc, bool load_c);
 
+constexpr int kMaxMr = 12;
 template <class T>
 struct MicroKernel {
   std::int64_t mr, nr;
-  TileFn<T> tile;
+  TileFn<T> packed[kMaxMr];  // [rows − 1]: tiles of 1..mr rows
+  TileFn<T> rows[kMaxMr];
 };
 
 // The micro-kernel of the current ISA (gemm.cpp; cpu::set_matmul_isa changes it).
@@ -48,11 +54,15 @@ template <>
 const MicroKernel<double>& micro_kernel<double>();
 
 // Depth and panel blocking, chosen by measurement on AMD EPYC (Zen 4: 32 KiB L1d, 1 MiB L2): the A
-// micro-panel (MR × KC) stays in L1 while the packed B block (KC × NC, 512 KiB for float) streams from L2.
+// micro-panel (MR × KC, 24 KiB for float) is reused from L1 across the block's tiles while B's micro-panels
+// stream from L2/L3. KC 512 beat 256 at the mid sizes and 1024³ (bench/cpu_bench.sh; tiny K is ≤ 352).
 template <class T>
 struct GemmBlocking {
-  static constexpr std::int64_t KC = 256, NC = 512, MC = 144;
+  static constexpr std::int64_t KC = 512, NC = 512, MC = 144;
 };
+
+template <class T>
+constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line, the prefetch stride
 
 // Packs B[k0:k0+kc, j0:j0+nc] as micro-panels of nr columns: dst[panel][k][j], zero padded columns.
 // The two layouts that occur (rows contiguous, or columns contiguous = a transpose) read memory in order.
@@ -64,9 +74,13 @@ void pack_b(T* dst, std::int64_t nr, View<T> B, std::int64_t k0, std::int64_t kc
   if (B.cs == 1) {
     for (std::int64_t k = 0; k < kc; ++k) {
       const T* src = B.p + (k0 + k) * B.rs + j0;
-      for (std::int64_t p = 0; p < panels; ++p) {
+      // B's row 4 ahead, a prefetch per cache line: this copy waited on L3 for 8% of a mid-size dW
+      if (k + 4 < kc)
+        for (std::int64_t l = 0; l < nc; l += kLine<T>) __builtin_prefetch(src + 4 * B.rs + l);
+      for (std::int64_t p = 0; p < panels; ++p) {  // plain loops: std::copy was a memmove call per panel row
         const std::int64_t w = std::min(nr, nc - p * nr);
-        std::copy(src + p * nr, src + p * nr + w, dst + (p * kc + k) * nr);
+        T* d = dst + (p * kc + k) * nr;
+        for (std::int64_t j = 0; j < w; ++j) d[j] = src[p * nr + j];
       }
     }
   } else {
@@ -82,18 +96,32 @@ void pack_b(T* dst, std::int64_t nr, View<T> B, std::int64_t k0, std::int64_t kc
   }
 }
 
-// Packs rows i0..i0+rows (rows ≤ mr) of A[:, k0:k0+kc] as one micro-panel dst[k][r], zero padded rows.
+// Packs rows i0..i0+mc of A[:, k0:k0+kc] as micro-panels of mr rows: panel p holds rows p·mr.. at
+// dst[p·kc·mr + k·mr + r] (a last panel's rows beyond mc are left unset: the tile of that height never
+// reads them). Both loops run k outer, so A is read one row of memory at a time.
 template <class T>
-void pack_a(T* dst, std::int64_t mr, View<T> A, std::int64_t i0, std::int64_t rows, std::int64_t k0,
+void pack_a(T* dst, std::int64_t mr, View<T> A, std::int64_t i0, std::int64_t mc, std::int64_t k0,
             std::int64_t kc) {
-  if (rows < mr) std::fill(dst, dst + kc * mr, T(0));
   const T* base = A.p + i0 * A.rs + k0 * A.cs;
-  if (A.rs == 1) {  // a transposed operand: the panel's values for one k are contiguous
-    for (std::int64_t k = 0; k < kc; ++k) std::copy(base + k * A.cs, base + k * A.cs + rows, dst + k * mr);
+  if (A.rs == 1) {  // a transposed operand (dW's dyᵀ): the block's values for one k are contiguous. Panel
+                    // by panel, each k touched a new page (1.1 ms of a 19 ms dW at the mid size; now 0.5)
+    for (std::int64_t k = 0; k < kc; ++k) {
+      const T* src = base + k * A.cs;
+      if (k + 8 < kc)  // A's row 8 ahead, a prefetch per cache line
+        for (std::int64_t l = 0; l < mc; l += kLine<T>) __builtin_prefetch(src + 8 * A.cs + l);
+      for (std::int64_t p = 0; p < mc; p += mr) {
+        T* d = dst + p * kc + k * mr;
+        const std::int64_t rows = std::min(mr, mc - p);
+        for (std::int64_t r = 0; r < rows; ++r) d[r] = src[p + r];  // std::copy: a memmove call per 48 bytes
+      }
+    }
   } else {  // k outer: contiguous writes from `rows` sequential read streams (row by row, the mid-size
             // forward measured 0.81-0.89 of OpenBLAS instead of 0.89-0.95)
-    for (std::int64_t k = 0; k < kc; ++k)
-      for (std::int64_t r = 0; r < rows; ++r) dst[k * mr + r] = base[r * A.rs + k * A.cs];
+    for (std::int64_t p = 0; p < mc; p += mr) {
+      const std::int64_t rows = std::min(mr, mc - p);
+      for (std::int64_t k = 0; k < kc; ++k)
+        for (std::int64_t r = 0; r < rows; ++r) dst[p * kc + k * mr + r] = base[(p + r) * A.rs + k * A.cs];
+    }
   }
 }
 
@@ -123,30 +151,49 @@ void gemm(T* c, std::int64_t ldc, View<T> A, View<T> B, std::int64_t M, std::int
   scratch.a.resize(static_cast<std::size_t>(kc_max * ((mc_max + MR - 1) / MR * MR)));
   T* bp = scratch.b.data();
   T* ap = scratch.a.data();
-  T edge[16 * 32];  // an edge tile goes through this full-size copy so the micro-kernel never branches
+  T edge[kMaxMr * 32];  // a tile narrower than nr goes through this full-width copy (no column branches)
+  // Row-major operands are read in place, not packed: packing cost 7-17% of a narrow product. Except when
+  // their rows are a multiple of 4 KiB apart: then a tile's rows fall into one L1 set (8 ways) and evict
+  // each other (1024³ lost 13-20% in place).
+  const auto in_place = [](const View<T>& v) { return v.cs == 1 && (v.rs * std::int64_t(sizeof(T))) % 4096 != 0; };
+  // B is read in place only for short products (M ≤ 384): packing costs about a cycle per B element and is
+  // shared by M rows of arithmetic, and a large B read in place strides through L2 (mid-size dX and dW
+  // lost 5-13% that way, while the tiny dW gained 5-9%).
+  const bool a_in_place = in_place(A), b_in_place = in_place(B) && M <= 384;
 
   for (std::int64_t j0 = 0; j0 < N; j0 += Blk::NC) {
     const std::int64_t nc = std::min(Blk::NC, N - j0);
+    const std::int64_t full = b_in_place ? nc / NR * NR : 0;  // columns read in place; the rest is packed
     for (std::int64_t k0 = 0; k0 < K; k0 += Blk::KC) {
       const std::int64_t kc = std::min(Blk::KC, K - k0);
       const bool load_c = accumulate || k0 > 0;
-      pack_b(bp, NR, B, k0, kc, j0, nc);
+      if (full < nc) pack_b(bp + full * kc, NR, B, k0, kc, j0 + full, nc - full);
       for (std::int64_t i0 = 0; i0 < M; i0 += Blk::MC) {
         const std::int64_t mc = std::min(Blk::MC, M - i0);
-        for (std::int64_t p = 0; p < mc; p += MR) pack_a(ap + p * kc, MR, A, i0 + p, std::min(MR, mc - p), k0, kc);
+        if (!a_in_place) pack_a(ap, MR, A, i0, mc, k0, kc);
         for (std::int64_t p = 0; p < mc; p += MR) {
           const std::int64_t rows = std::min(MR, mc - p);
+          const TileFn<T> tile = a_in_place ? mk.rows[rows - 1] : mk.packed[rows - 1];
+          const T* a = a_in_place ? A.p + (i0 + p) * A.rs + k0 : ap + p * kc;
           for (std::int64_t j = 0; j < nc; j += NR) {
             const std::int64_t cols = std::min(NR, nc - j);
             T* ct = c + (i0 + p) * ldc + j0 + j;
-            const T* bt = bp + j * kc;
-            if (rows == MR && cols == NR) {
-              mk.tile(ct, ldc, ap + p * kc, bt, kc, load_c);
+            const bool b_here = j < full;
+            const T* bt = b_here ? B.p + k0 * B.rs + j0 + j : bp + j * kc;
+            const std::int64_t ldb = b_here ? B.rs : NR;
+            if (load_c && (j + NR < nc || i0 + p + MR < M)) {  // the next tile's C (it often lives in L3)
+              const T* next = j + NR < nc ? ct + NR : c + (i0 + p + MR) * ldc + j0;
+              const std::int64_t next_rows = j + NR < nc ? rows : std::min(MR, M - (i0 + p + MR));
+              for (std::int64_t r = 0; r < next_rows; ++r)
+                for (std::int64_t l = 0; l < NR; l += kLine<T>) __builtin_prefetch(next + r * ldc + l);
+            }
+            if (cols == NR) {
+              tile(ct, ldc, a, A.rs, bt, ldb, kc, load_c);
               continue;
             }
             if (load_c)
               for (std::int64_t r = 0; r < rows; ++r) std::copy(ct + r * ldc, ct + r * ldc + cols, edge + r * NR);
-            mk.tile(edge, NR, ap + p * kc, bt, kc, load_c);
+            tile(edge, NR, a, A.rs, bt, ldb, kc, load_c);
             for (std::int64_t r = 0; r < rows; ++r) std::copy(edge + r * NR, edge + r * NR + cols, ct + r * ldc);
           }
         }

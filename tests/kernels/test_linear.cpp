@@ -3,6 +3,7 @@
 // gradient overwrite/accumulate, weight gradient accumulate).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 
 #include "gradcheck.hpp"
@@ -47,7 +48,7 @@ struct IsaGuard {
 TEST_CASE("linear forward equals the naive fma chain bit for bit on every micro-kernel of this CPU",
           "[kernels][linear]") {
   IsaGuard guard;
-  // Sizes straddle every block edge of the gemm (MR 12/6/4, NR 32/16/8, KC=256, NC=512, MC=144).
+  // Sizes straddle every block edge of the gemm (MR 12/6/4, NR 32/16/8, KC=512, NC=512, MC=144).
   const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {67, 300, 259}, {130, 513, 17}, {150, 40, 530}};
   for (k::MatmulIsa isa : {k::MatmulIsa::portable, k::MatmulIsa::avx2_fma, k::MatmulIsa::avx512}) {
     if (!k::set_matmul_isa(isa)) continue;  // this CPU lacks it
@@ -77,7 +78,7 @@ TEST_CASE("the three linear products give the same bits on every micro-kernel of
   // dX and dW read transposed operands (other packing paths) and accumulate across depth blocks
   // (n > KC): the ISA may change only speed.
   IsaGuard guard;
-  const int n = 300, in = 70, out = 45;
+  const int n = 600, in = 70, out = 45;
   const auto x = to_float(random_vec(n * in, 40)), w = to_float(random_vec(out * in, 41));
   const auto dy = to_float(random_vec(n * out, 42)), prior = to_float(random_vec(out * in, 43));
   auto run = [&] {
@@ -101,6 +102,62 @@ TEST_CASE("the three linear products give the same bits on every micro-kernel of
   dw[0] += 1.f;
   k::linear_backward_weight(dw.data(), dy.data(), x.data(), n, in, out);
   CHECK(std::vector<float>(twin.end() - out * in, twin.end()) != dw);
+}
+
+namespace {
+
+// Naive dX = dy·W and dW = prior + dyᵀ·x, each output one fma chain in increasing order of its sum index.
+std::vector<float> naive_input_grad(const std::vector<float>& dy, const std::vector<float>& w, int n, int in,
+                                    int out) {
+  std::vector<float> dx(std::size_t(n) * in);
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < in; ++c) {
+      float s = 0;
+      for (int j = 0; j < out; ++j) s = std::fma(dy[std::size_t(i) * out + j], w[std::size_t(j) * in + c], s);
+      dx[std::size_t(i) * in + c] = s;
+    }
+  return dx;
+}
+std::vector<float> naive_weight_grad(std::vector<float> dw, const std::vector<float>& dy, const std::vector<float>& x,
+                                     int n, int in, int out) {
+  for (int j = 0; j < out; ++j)
+    for (int c = 0; c < in; ++c) {
+      float s = dw[std::size_t(j) * in + c];
+      for (int i = 0; i < n; ++i) s = std::fma(dy[std::size_t(i) * out + j], x[std::size_t(i) * in + c], s);
+      dw[std::size_t(j) * in + c] = s;
+    }
+  return dw;
+}
+
+}  // namespace
+
+TEST_CASE("every path of the matmul gives the naive fma chain for all three linear products", "[kernels][linear]") {
+  // The gemm reads row-major operands in place or packs them, and runs tiles of every height 1..MR: each
+  // choice may change only speed. Shapes: heights 1..13 (every remainder of MR 12/6/4 for the forward
+  // and dX, whose M is n, and for dW, whose M is out); rows 4 KiB apart (in = 1024: A and B packed instead
+  // of read in place); M above the in-place B limit (384) with N above NC (512) and a dW depth above KC (512).
+  IsaGuard guard;
+  std::vector<std::array<int, 3>> shapes;  // n, in, out
+  for (int h = 1; h <= 13; ++h) shapes.push_back({h, 37, h});
+  shapes.push_back({25, 1024, 20});
+  shapes.push_back({515, 520, 390});
+  for (k::MatmulIsa isa : {k::MatmulIsa::portable, k::MatmulIsa::avx2_fma, k::MatmulIsa::avx512}) {
+    if (!k::set_matmul_isa(isa)) continue;
+    INFO("micro-kernel " << k::matmul_isa_name(isa));
+    for (const auto& [n, in, out] : shapes) {
+      INFO("n " << n << ", in " << in << ", out " << out);
+      const auto x = to_float(random_vec(std::size_t(n) * in, 50)), w = to_float(random_vec(std::size_t(out) * in, 51));
+      const auto dy = to_float(random_vec(std::size_t(n) * out, 52));
+      const auto prior = to_float(random_vec(std::size_t(out) * in, 53));
+      std::vector<float> y(std::size_t(n) * out, 9.f), dx(std::size_t(n) * in, 9.f), dw = prior;
+      k::linear_forward(y.data(), x.data(), w.data(), n, in, out);
+      k::linear_backward_input(dx.data(), dy.data(), w.data(), n, in, out);
+      k::linear_backward_weight(dw.data(), dy.data(), x.data(), n, in, out);
+      CHECK(y == naive_forward(x, w, n, in, out));
+      CHECK(dx == naive_input_grad(dy, w, n, in, out));
+      CHECK(dw == naive_weight_grad(prior, dy, x, n, in, out));
+    }
+  }
 }
 
 TEST_CASE("linear backward matches float64 central differences", "[kernels][linear][gradcheck]") {
