@@ -16,11 +16,11 @@ namespace meshrun::kernels::detail {
 
 namespace {
 
-// A tile reads A either from a packed micro-panel (element (r, k) at a[k * MR + r]) or from A's rows in
-// place (element (r, k) at a[r * lda + k]: row-major activations, no packing). R ≤ MR is the number of
+// A tile reads A k-major (element (r, k) at a[k * lda + r]: a packed micro-panel with lda = MR, or a
+// transposed A in place) or row-major in place (element (r, k) at a[r * lda + k]: activations). R ≤ MR is the number of
 // rows the tile computes: an edge panel of fewer rows runs a kernel of that height instead of MR rows
 // padded with zeros (a 64-row product in 12-row tiles wasted 11%).
-enum class ALayout { packed, rows };
+enum class ALayout { kmajor, rows };
 
 // The twin: plain C++ with std::fma (GCC vectorizes it where the target has FMA; otherwise libm's fma).
 template <class T, int MR, int NR, ALayout L, int R>
@@ -31,7 +31,7 @@ void tile_portable(T* c, std::int64_t ldc, const T* a, std::int64_t lda, const T
     for (int j = 0; j < NR; ++j) acc[r][j] = load_c ? c[r * ldc + j] : T(0);
   for (std::int64_t k = 0; k < kc; ++k)
     for (int r = 0; r < R; ++r) {
-      const T av = L == ALayout::packed ? a[k * MR + r] : a[r * lda + k];
+      const T av = L == ALayout::kmajor ? a[k * lda + r] : a[r * lda + k];
       for (int j = 0; j < NR; ++j) acc[r][j] = std::fma(av, bp[k * ldb + j], acc[r][j]);
     }
   for (int r = 0; r < R; ++r)
@@ -59,7 +59,7 @@ __attribute__((target("avx512f"))) void tile_avx512(float* c, std::int64_t ldc, 
     const __m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = _mm512_loadu_ps(bp + k * ldb + 16);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(L == ALayout::packed ? a[k * kMr512 + r] : third[r / 3][(r % 3) * lda + k]);
+      const __m512 av = _mm512_set1_ps(L == ALayout::kmajor ? a[k * lda + r] : third[r / 3][(r % 3) * lda + k]);
       acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
     }
@@ -90,7 +90,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(float* c, std::int64_t ldc, c
     const __m256 b0 = _mm256_loadu_ps(bp + k * ldb), b1 = _mm256_loadu_ps(bp + k * ldb + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ss(L == ALayout::packed ? a + k * kMr256 + r : third[r / 3] + (r % 3) * lda + k);
+      const __m256 av = _mm256_broadcast_ss(L == ALayout::kmajor ? a + k * lda + r : third[r / 3] + (r % 3) * lda + k);
       acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
     }
@@ -105,7 +105,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(float* c, std::int64_t ldc, c
 // The tables of kernels, one per layout and height 1..MR.
 template <class T, int MR, template <ALayout, int> class K, std::size_t... I>
 constexpr MicroKernel<T> make_kernel(std::int64_t nr, std::index_sequence<I...>) {
-  return {MR, nr, {K<ALayout::packed, int(I) + 1>::fn...}, {K<ALayout::rows, int(I) + 1>::fn...}};
+  return {MR, nr, {K<ALayout::kmajor, int(I) + 1>::fn...}, {K<ALayout::rows, int(I) + 1>::fn...}};
 }
 template <ALayout L, int R>
 struct Avx512 {

@@ -9,9 +9,9 @@
 // the AVX-512 and AVX2 micro-kernels and the portable std::fma twin give the same bits (gemm.cpp picks
 // one from the CPU at run time). Between depth blocks the partial sum is carried in C (an exact float).
 //
-// Blocks of B (KC × NC) are packed into NR-wide micro-panels; blocks of A (MC × KC) are read in place
-// when A is row-major, else packed into MR-row micro-panels; the micro-kernel keeps an MR × NR tile of C
-// in registers, and a last panel of fewer rows runs a kernel of that height.
+// Blocks of B (KC × NC) are packed into NR-wide micro-panels and blocks of A (MC × KC) into MR-row
+// micro-panels, or read in place where that measured faster (see gemm below); the micro-kernel keeps an
+// MR × NR tile of C in registers, and a last panel of fewer rows runs a kernel of that height.
 #pragma once
 
 #include <algorithm>
@@ -30,9 +30,9 @@ struct View {  // element (r, c) is p[r * rs + c * cs]
   T operator()(std::int64_t r, std::int64_t c) const { return p[r * rs + c * cs]; }
 };
 
-// c[rows × nr] (+)= A (rows × kc) · B (kc × nr) for one register tile. A is a packed micro-panel
-// (a[k * mr + r], lda unused) or, in the `rows` table, rows of A in place (a[r * lda + k]); B's row k is
-// b[k * ldb .. + nr): a packed micro-panel (ldb = nr) or a row-major B in place.
+// c[rows × nr] (+)= A (rows × kc) · B (kc × nr) for one register tile. A is k-major (a[k * lda + r]: a
+// packed micro-panel with lda = mr, or a transposed A in place) or, in the `rows` table, row-major in
+// place (a[r * lda + k]); B's row k is b[k * ldb .. + nr): a packed micro-panel (ldb = nr) or B in place.
 template <class T>
 using TileFn = void (*)(T* c, std::int64_t ldc, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
                         std::int64_t kc, bool load_c);
@@ -41,7 +41,7 @@ constexpr int kMaxMr = 12;
 template <class T>
 struct MicroKernel {
   std::int64_t mr, nr;
-  TileFn<T> packed[kMaxMr];  // [rows − 1]: tiles of 1..mr rows
+  TileFn<T> kmajor[kMaxMr];  // [rows − 1]: tiles of 1..mr rows
   TileFn<T> rows[kMaxMr];
 };
 
@@ -84,12 +84,23 @@ void pack_b(T* dst, std::int64_t nr, View<T> B, std::int64_t k0, std::int64_t kc
       }
     }
   } else {
-    for (std::int64_t j = 0; j < nc; ++j) {
-      T* d = dst + (j / nr) * kc * nr + j % nr;
-      if (B.rs == 1) {
-        const T* src = B.p + (j0 + j) * B.cs + k0;
-        for (std::int64_t k = 0; k < kc; ++k) d[k * nr] = src[k];
-      } else {
+    if (B.rs == 1) {  // the forward's Wᵀ: a transpose, in 8 × 8 blocks so each block's writes are 8 rows of 8
+      constexpr std::int64_t kBlk = 8;
+      for (std::int64_t jb = 0; jb < nc; jb += kBlk) {
+        const std::int64_t jw = std::min(kBlk, nc - jb);
+        T* d = dst + (jb / nr) * kc * nr + jb % nr;  // nr is a multiple of 8: a block stays in one panel
+        const T* src = B.p + (j0 + jb) * B.cs + k0;
+        std::int64_t k = 0;
+        if (jw == kBlk)
+          for (; k + kBlk <= kc; k += kBlk)
+            for (std::int64_t kk = 0; kk < kBlk; ++kk)
+              for (std::int64_t jj = 0; jj < kBlk; ++jj) d[(k + kk) * nr + jj] = src[jj * B.cs + k + kk];
+        for (; k < kc; ++k)
+          for (std::int64_t jj = 0; jj < jw; ++jj) d[k * nr + jj] = src[jj * B.cs + k];
+      }
+    } else {
+      for (std::int64_t j = 0; j < nc; ++j) {
+        T* d = dst + (j / nr) * kc * nr + j % nr;
         for (std::int64_t k = 0; k < kc; ++k) d[k * nr] = B(k0 + k, j0 + j);
       }
     }
@@ -152,14 +163,21 @@ void gemm(T* c, std::int64_t ldc, View<T> A, View<T> B, std::int64_t M, std::int
   T* bp = scratch.b.data();
   T* ap = scratch.a.data();
   T edge[kMaxMr * 32];  // a tile narrower than nr goes through this full-width copy (no column branches)
-  // Row-major operands are read in place, not packed: packing cost 7-17% of a narrow product. Except when
-  // their rows are a multiple of 4 KiB apart: then a tile's rows fall into one L1 set (8 ways) and evict
-  // each other (1024³ lost 13-20% in place).
-  const auto in_place = [](const View<T>& v) { return v.cs == 1 && (v.rs * std::int64_t(sizeof(T))) % 4096 != 0; };
-  // B is read in place only for short products (M ≤ 384): packing costs about a cycle per B element and is
-  // shared by M rows of arithmetic, and a large B read in place strides through L2 (mid-size dX and dW
-  // lost 5-13% that way, while the tiny dW gained 5-9%).
-  const bool a_in_place = in_place(A), b_in_place = in_place(B) && M <= 384;
+  // Operands are read in place where that measured faster than packing them (docs/kernels.md):
+  //  - row-major A (the forward's and dX's activations) always: packing cost 7-17% of a narrow product;
+  //  - row-major B and transposed A (dW's dyᵀ, k-major like a packed panel) when the product is short in
+  //    the other dimension (M resp. N ≤ 384): a packed copy costs about a cycle per element and is shared
+  //    by only that many rows or columns of arithmetic, while a large operand read in place strides
+  //    through L2 (mid-size dX and dW lost 5-13% that way; tiny dW gained 9-17%);
+  //  - never when its rows are a multiple of 4 KiB apart: a tile's rows then fall into one L1 set
+  //    (8 ways) and evict each other (1024³ lost 13-20% in place).
+  const auto no_alias = [](std::int64_t stride) { return (stride * std::int64_t(sizeof(T))) % 4096 != 0; };
+  // ... and, for the k-major operands, a depth block spanning at most half the L2 (kc rows of the stride)
+  const auto fits = [&](std::int64_t stride) { return kc_max * stride * std::int64_t(sizeof(T)) <= (512 << 10); };
+  constexpr std::int64_t kShort = 384;
+  const bool a_rows = A.cs == 1 && no_alias(A.rs);
+  const bool a_kmajor = !a_rows && A.rs == 1 && no_alias(A.cs) && fits(A.cs) && N <= kShort;
+  const bool b_in_place = B.cs == 1 && no_alias(B.rs) && fits(B.rs) && M <= kShort;
 
   for (std::int64_t j0 = 0; j0 < N; j0 += Blk::NC) {
     const std::int64_t nc = std::min(Blk::NC, N - j0);
@@ -170,11 +188,12 @@ void gemm(T* c, std::int64_t ldc, View<T> A, View<T> B, std::int64_t M, std::int
       if (full < nc) pack_b(bp + full * kc, NR, B, k0, kc, j0 + full, nc - full);
       for (std::int64_t i0 = 0; i0 < M; i0 += Blk::MC) {
         const std::int64_t mc = std::min(Blk::MC, M - i0);
-        if (!a_in_place) pack_a(ap, MR, A, i0, mc, k0, kc);
+        if (!a_rows && !a_kmajor) pack_a(ap, MR, A, i0, mc, k0, kc);
         for (std::int64_t p = 0; p < mc; p += MR) {
           const std::int64_t rows = std::min(MR, mc - p);
-          const TileFn<T> tile = a_in_place ? mk.rows[rows - 1] : mk.packed[rows - 1];
-          const T* a = a_in_place ? A.p + (i0 + p) * A.rs + k0 : ap + p * kc;
+          const TileFn<T> tile = a_rows ? mk.rows[rows - 1] : mk.kmajor[rows - 1];
+          const T* a = a_rows ? A.p + (i0 + p) * A.rs + k0 : a_kmajor ? A.p + (i0 + p) + k0 * A.cs : ap + p * kc;
+          const std::int64_t lda = a_rows ? A.rs : a_kmajor ? A.cs : MR;
           for (std::int64_t j = 0; j < nc; j += NR) {
             const std::int64_t cols = std::min(NR, nc - j);
             T* ct = c + (i0 + p) * ldc + j0 + j;
@@ -188,12 +207,12 @@ void gemm(T* c, std::int64_t ldc, View<T> A, View<T> B, std::int64_t M, std::int
                 for (std::int64_t l = 0; l < NR; l += kLine<T>) __builtin_prefetch(next + r * ldc + l);
             }
             if (cols == NR) {
-              tile(ct, ldc, a, A.rs, bt, ldb, kc, load_c);
+              tile(ct, ldc, a, lda, bt, ldb, kc, load_c);
               continue;
             }
             if (load_c)
               for (std::int64_t r = 0; r < rows; ++r) std::copy(ct + r * ldc, ct + r * ldc + cols, edge + r * NR);
-            tile(edge, NR, a, A.rs, bt, ldb, kc, load_c);
+            tile(edge, NR, a, lda, bt, ldb, kc, load_c);
             for (std::int64_t r = 0; r < rows; ++r) std::copy(edge + r * NR, edge + r * NR + cols, ct + r * ldc);
           }
         }
