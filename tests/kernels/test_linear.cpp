@@ -134,13 +134,15 @@ std::vector<float> naive_weight_grad(std::vector<float> dw, const std::vector<fl
 TEST_CASE("every path of the matmul gives the naive fma chain for all three linear products", "[kernels][linear]") {
   // The gemm reads row-major operands in place or packs them, and runs tiles of every height 1..MR: each
   // choice may change only speed. Shapes: heights 1..13 (every remainder of MR 12/6/4 for the forward
-  // and dX, whose M is n, and for dW, whose M is out); rows 4 KiB apart (in = 1024: A and B packed instead
-  // of read in place); M above the in-place B limit (384) with N above NC (512) and a dW depth above KC (512).
+  // and dX, whose M is n, and for dW, whose M is out; dW's dyᵀ read in place); rows 4 KiB apart
+  // (in = 1024: packed instead of read in place); M and N above the in-place limit (384) with N above NC
+  // (512) and a dW depth above KC (512).
   IsaGuard guard;
   std::vector<std::array<int, 3>> shapes;  // n, in, out
   for (int h = 1; h <= 13; ++h) shapes.push_back({h, 37, h});
   shapes.push_back({25, 1024, 20});
   shapes.push_back({515, 520, 390});
+  shapes.push_back({600, 40, 300});  // dW short (N 40) but its dyᵀ block too large to read in place (614 KiB)
   for (k::MatmulIsa isa : {k::MatmulIsa::portable, k::MatmulIsa::avx2_fma, k::MatmulIsa::avx512}) {
     if (!k::set_matmul_isa(isa)) continue;
     INFO("micro-kernel " << k::matmul_isa_name(isa));
