@@ -11,9 +11,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
 
-# scripts/test --sanitize sets MESHRUN_SANITIZE=1: ASan binaries reserve terabytes of shadow memory, so the
-# address-space cap is left out there and ASan's hard_rss_limit_mb bounds memory instead.
-vmem_cap() { [ -n "${MESHRUN_SANITIZE:-}" ] || ulimit -v "$1"; }
+. "$(dirname "$0")/../sanitize/vmem_cap.sh"  # vmem_cap KIB: ulimit -v, except in the sanitizer build
 
 # run TEMPLATE ARGS... -> $rc, $tmp/out, $tmp/err
 run() {

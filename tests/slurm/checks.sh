@@ -16,9 +16,7 @@ for v in $(env | grep -o '^SLURM_SPANK[A-Za-z0-9_]*'); do unset "$v"; done   # n
 T() { timeout "${LIMIT:-60}" "$@"; }
 # A memory cap on every client command (srun, sbatch, salloc, meshrun) so a regression such as reading
 # /dev/zero fails instead of exhausting the machine; the tasks run under slurmstepd, outside this cap.
-# Address-space caps (ulimit -v) cannot apply to ASan-built binaries, which reserve terabytes of shadow memory;
-# scripts/test --sanitize sets MESHRUN_SANITIZE=1 and bounds memory with ASan's hard_rss_limit_mb instead.
-vmem_cap() { [ -n "${MESHRUN_SANITIZE:-}" ] || ulimit -v "$1"; }
+. "$(dirname "$0")/../sanitize/vmem_cap.sh"  # vmem_cap KIB: ulimit -v, except in the sanitizer build
 vmem_cap 8000000 2>/dev/null || echo "note: could not set a memory cap (ulimit -v)"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 say() { echo "-- $*"; }

@@ -9,9 +9,7 @@ set -u
 bin=$1 fixtures=$2 shared=$3 tiny=$4
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
-# Address-space caps (ulimit -v) cannot apply to ASan-built binaries, which reserve terabytes of shadow memory;
-# scripts/test --sanitize sets MESHRUN_SANITIZE=1 and bounds memory with ASan's hard_rss_limit_mb instead.
-vmem_cap() { [ -n "${MESHRUN_SANITIZE:-}" ] || ulimit -v "$1"; }
+. "$(dirname "$0")/../sanitize/vmem_cap.sh"  # vmem_cap KIB: ulimit -v, except in the sanitizer build
 run() { (vmem_cap 2000000; timeout 60 "$@"); }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -32,9 +32,7 @@ err=$("$bin" plan "$tiny" --set cluster.node_type=dgx-h100 --set cluster.gpus_pe
       --topology "$fixtures/gb200-tray.xml" 2>&1 >/dev/null); rc=$?
 check "plan --topology with too few GPUs exits 2" "[ $rc -eq 2 ]"
 check "plan --topology mismatch names the counts" "echo \"\$err\" | grep -q 'has 4 GPU(s) but the cluster has 8'"
-# Address-space caps (ulimit -v) cannot apply to ASan-built binaries, which reserve terabytes of shadow memory;
-# scripts/test --sanitize sets MESHRUN_SANITIZE=1 and bounds memory with ASan's hard_rss_limit_mb instead.
-vmem_cap() { [ -n "${MESHRUN_SANITIZE:-}" ] || ulimit -v "$1"; }
+. "$(dirname "$0")/../sanitize/vmem_cap.sh"  # vmem_cap KIB: ulimit -v, except in the sanitizer build
 # Files from user input: regular files only, bounded reads. /dev/zero and a FIFO must return at once with one
 # line, under a memory cap and a timeout (the old code grew to gigabytes or hung).
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -8,9 +8,7 @@ TRAIN=$1 TEMPLATE=$2 CKPT=$3
 DIR=$(mktemp -d /tmp/meshrun-readers-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/cli_lib.sh"
-# scripts/test --sanitize sets MESHRUN_SANITIZE=1: ASan binaries reserve terabytes of shadow memory, so the
-# address-space cap is left out there and ASan's hard_rss_limit_mb bounds memory instead.
-vmem_cap() { [ -n "${MESHRUN_SANITIZE:-}" ] || ulimit -v "$1"; }
+. "$(dirname "$0")/../sanitize/vmem_cap.sh"  # vmem_cap KIB: ulimit -v, except in the sanitizer build
 capped() { (vmem_cap 1048576; ulimit -c 0; timeout 60 "$@"); }
 # expect_line PATTERN DESCRIPTION -- command: exit 2 and exactly one output line, containing PATTERN.
 expect_line() {
