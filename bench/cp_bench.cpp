@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "meshrun/config.hpp"
-#include "meshrun/train/comm_mpi.hpp"
-#include "meshrun/train/context_parallel.hpp"
-#include "meshrun/train/data.hpp"
-#include "meshrun/train/trainer.hpp"
+#include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/parallel/context_parallel.hpp"
+#include "meshrun/train/data/data.hpp"
+#include "meshrun/train/run/trainer.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;

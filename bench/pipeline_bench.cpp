@@ -24,9 +24,9 @@
 
 #include "meshrun/config.hpp"
 #include "meshrun/schedule.hpp"
-#include "meshrun/train/comm_mpi.hpp"
-#include "meshrun/train/data.hpp"
-#include "meshrun/train/trainer.hpp"
+#include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/data/data.hpp"
+#include "meshrun/train/run/trainer.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;

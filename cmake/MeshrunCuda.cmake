@@ -1,4 +1,4 @@
-# MESHRUN_CUDA = AUTO | ON | OFF decides whether the CUDA backend (gpu/) is built; sets MESHRUN_HAVE_CUDA.
+# MESHRUN_CUDA = AUTO | ON | OFF decides whether the CUDA backend (device/) is built; sets MESHRUN_HAVE_CUDA.
 # It needs nvcc, cuBLASLt, the CUDA runtime (linked statically) and NCCL; all of them come with the CUDA
 # toolkit under /usr/local/cuda on the build machines (not from Debian).
 set(MESHRUN_HAVE_CUDA OFF)

@@ -1,17 +1,17 @@
 #!/bin/bash
 # The one-command device check of docs/gpu.md, for a machine with one NVIDIA GPU (H200: under 5 minutes).
 #   bench/gpu/check.sh [meshrun-gpu-check arguments]
-# Runs build/gpu/meshrun-gpu-check (built on a build machine with -DMESHRUN_CUDA=ON and carried along;
+# Runs build/device/meshrun-gpu-check (built on a build machine with -DMESHRUN_CUDA=ON and carried along;
 # override with MESHRUN_GPU_CHECK=path). cuBLASLt is taken from the system if the loader finds it, else
 # from the pip wheel nvidia-cublas (put on LD_LIBRARY_PATH). The output is also written to
 # $OUT/gpu-check.log when OUT is set. Exit status: the binary's (0 all passed, 1 a check failed),
 # 2 when something it needs is missing (named on stderr).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="${MESHRUN_GPU_CHECK:-$root/build/gpu/meshrun-gpu-check}"
+bin="${MESHRUN_GPU_CHECK:-$root/build/device/meshrun-gpu-check}"
 die() { echo "bench/gpu/check.sh: $*" >&2; exit 2; }
 
-[ -x "$bin" ] || die "$bin not found: build it with 'cmake -S . -B build -G Ninja -DMESHRUN_CUDA=ON && ninja -C build meshrun-gpu-check' on a machine with the CUDA toolkit, and bring build/gpu/meshrun-gpu-check along (or set MESHRUN_GPU_CHECK)"
+[ -x "$bin" ] || die "$bin not found: build it with 'cmake -S . -B build -G Ninja -DMESHRUN_CUDA=ON && ninja -C build meshrun-gpu-check' on a machine with the CUDA toolkit, and bring build/device/meshrun-gpu-check along (or set MESHRUN_GPU_CHECK)"
 
 # cuBLASLt from a pip wheel when the loader does not already find it.
 if ldd "$bin" 2>/dev/null | grep -q 'libcublasLt.*not found'; then

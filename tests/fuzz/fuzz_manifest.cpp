@@ -3,7 +3,7 @@
 // Contracts: only CheckpointError escapes (no JSON library exception, no out_of_range); a manifest that
 // lists shard files cannot verify without them.
 #include "fuzz_common.hpp"
-#include "meshrun/train/checkpoint.hpp"
+#include "meshrun/train/checkpoint/checkpoint.hpp"
 
 using namespace meshrun::train;
 

@@ -3,7 +3,7 @@
 // (begin <= end <= payload bytes) with as many bytes as shape · dtype size for the dtypes meshrun reads;
 // reading any tensor as float and double either gives shape-product values or a SafetensorsError.
 #include "fuzz_common.hpp"
-#include "meshrun/train/safetensors.hpp"
+#include "meshrun/train/checkpoint/safetensors.hpp"
 
 using namespace meshrun::train;
 

@@ -4,7 +4,7 @@
 // Contracts: only DataError escapes; an accepted file has every token id in [0, vocab) and holds one batch;
 // every sequence's ids and targets are in [0, vocab) and the targets are the ids shifted by one.
 #include "fuzz_common.hpp"
-#include "meshrun/train/data.hpp"
+#include "meshrun/train/data/data.hpp"
 
 using namespace meshrun::train;
 

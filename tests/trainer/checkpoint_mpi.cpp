@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "fixture.hpp"
-#include "meshrun/train/checkpoint.hpp"
-#include "meshrun/train/comm_mpi.hpp"
+#include "meshrun/train/checkpoint/checkpoint.hpp"
+#include "meshrun/train/comm_names.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/train/comm_mpi.hpp"
+#include "meshrun/train/comm_names.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;

@@ -41,8 +41,8 @@
 #include <vector>
 
 #include "fixture.hpp"
-#include "meshrun/train/comm_mpi.hpp"
-#include "meshrun/train/trainer.hpp"
+#include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/run/trainer.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/train/data.hpp"
+#include "meshrun/train/data/data.hpp"
 
 using namespace meshrun::train;
 namespace fs = std::filesystem;

@@ -8,10 +8,10 @@
 #include <cmath>
 #include <vector>
 
-#include "meshrun/train/comm_mpi.hpp"
-#include "meshrun/train/params.hpp"
-#include "meshrun/train/stage.hpp"
-#include "meshrun/train/zero.hpp"
+#include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/model/params.hpp"
+#include "meshrun/train/parallel/stage.hpp"
+#include "meshrun/train/parallel/zero.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;

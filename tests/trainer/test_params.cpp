@@ -5,10 +5,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "meshrun/train/comm.hpp"
-#include "meshrun/train/params.hpp"
-#include "meshrun/train/trainer.hpp"
-#include "meshrun/train/zero.hpp"
+#include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/model/params.hpp"
+#include "meshrun/train/run/trainer.hpp"
+#include "meshrun/train/parallel/zero.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "fixture.hpp"
-#include "meshrun/train/safetensors.hpp"
-#include "meshrun/train/trainer.hpp"
+#include "meshrun/train/checkpoint/safetensors.hpp"
+#include "meshrun/train/run/trainer.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train;

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <string>
 
-#include "meshrun/train/checkpoint.hpp"
-#include "meshrun/train/safetensors.hpp"
+#include "meshrun/train/checkpoint/checkpoint.hpp"
+#include "meshrun/train/checkpoint/safetensors.hpp"
 
 namespace {
 

@@ -1,2 +1,2 @@
-#include "meshrun/train/cli.hpp"
+#include "meshrun/train/run/cli.hpp"
 int main(int argc, char** argv) { return meshrun::train::train_main(argc, argv); }

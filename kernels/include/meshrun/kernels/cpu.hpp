@@ -4,7 +4,7 @@
 //   - added MatmulIsa, matmul_isa, set_matmul_isa, matmul_isa_name (issue 20: the fma matmul); the
 //     matmul's results changed from plain k-ordered sums to fma chains (same on every ISA).
 //
-// Contract (the CUDA backend, meshrun::gpu::Backend in gpu/, implements the same kernels on device
+// Contract (the CUDA backend, meshrun::device::Backend in gpu/, implements the same kernels on device
 // buffers and is checked against these; see docs/kernels.md and docs/gpu.md):
 //   * Plain functions templated on the element type T; instantiated for float (training) and double
 //     (gradient checks). Calling them with another T fails at link time.

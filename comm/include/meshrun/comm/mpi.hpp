@@ -1,0 +1,58 @@
+// The MPI backend of Comm, and the per-axis communicators built from the mesh rank map.
+#pragma once
+#include <mpi.h>
+
+#include <array>
+#include <memory>
+
+#include "meshrun/rank_map.hpp"
+#include "meshrun/comm/comm.hpp"
+
+namespace meshrun::comm {
+
+class MpiComm final : public Comm {
+ public:
+  using Comm::all_gather;  // keep the typed conveniences visible
+  using Comm::all_reduce;
+  using Comm::reduce_scatter;
+  using Comm::ireduce_scatter;
+  using Comm::iall_gather;
+  explicit MpiComm(MPI_Comm comm, bool owned);  // owned: MPI_Comm_free on destruction
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  void all_reduce(void* buf, std::int64_t n, DType t, ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) override;
+  void all_gather(const void* send, void* recv, std::int64_t n, DType t) override;
+  void broadcast(void* buf, std::int64_t n, DType t, int root) override;
+  Request ireduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) override;
+  Request iall_gather(const void* send, void* recv, std::int64_t n, DType t) override;
+  Request isend(const void* buf, std::int64_t n, DType t, int peer, int tag) override;
+  Request irecv(void* buf, std::int64_t n, DType t, int peer, int tag) override;
+  int max_tag() const override { return tag_ub_; }
+  void all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
+                  const std::int64_t* recv_counts, DType t) override;
+  void barrier() override;
+  MPI_Comm handle() const { return comm_; }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int size_ = 1, rank_ = 0;
+  int tag_ub_ = 32767;  // MPI_TAG_UB (the standard guarantees at least 32767)
+};
+
+// One communicator per group kind, indexed by GroupKind. Built collectively over `base` (whose ranks
+// are the grid's ranks): color = the group's first member, key = index_in_group.
+struct Groups {
+  std::array<std::unique_ptr<Comm>, kGroupKinds.size()> by_kind;
+  std::unique_ptr<Comm> world;
+  Comm& operator[](GroupKind k) const { return *by_kind[static_cast<int>(k)]; }
+};
+Groups make_mpi_groups(MPI_Comm base, const RankGrid& grid);
+// Every group of size 1 (a single-process run, no MPI needed).
+Groups make_local_groups();
+
+}  // namespace meshrun::comm

@@ -1,0 +1,535 @@
+// The CUDA backend: device buffers, one compute stream, cuBLASLt for every matrix product (bf16 or fp32
+// inputs, CUBLAS_COMPUTE_32F accumulation, C/D in bf16 or fp32 with beta = 1 for accumulating outputs),
+// the hand-written kernels of kernels.cu for the rest, and CUDA-event timers per kernel kind.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels.hpp"
+#include "meshrun/device/backend.hpp"
+#include "meshrun/device/bf16.hpp"
+
+namespace meshrun::device {
+namespace {
+
+namespace ck = meshrun::device::cuda;
+
+void cu(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLASLt ") + what + ": status " + std::to_string(int(s)));
+}
+
+ck::St st(DType t) {
+  if (t == DType::bf16) return ck::St::bf16;
+  if (t == DType::f32) return ck::St::f32;
+  throw std::logic_error(std::string("cuda backend: no kernels for ") + dtype_name(t));
+}
+cudaDataType_t cuda_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+float* f32(Buf b) {
+  if (b.t != DType::f32) throw std::logic_error(std::string("cuda backend: expected fp32, got ") + dtype_name(b.t));
+  return static_cast<float*>(b.p);
+}
+const std::int32_t* i32(Buf b) {
+  if (b.t != DType::i32) throw std::logic_error("cuda backend: expected an int32 buffer");
+  return static_cast<const std::int32_t*>(b.p);
+}
+void same(Buf a, Buf b, const char* what) {
+  if (a.t != b.t) throw std::logic_error(std::string("cuda backend: ") + what + ": mixed " + dtype_name(a.t) + "/" + dtype_name(b.t));
+}
+
+// A column-major product D = alpha·op(A)·op(B) + beta·C (C = D), batched with strides, as cuBLASLt takes it.
+struct Gemm {
+  bool ta = false, tb = false;
+  std::int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  std::int64_t lda = 0, sa = 0;
+  const void* b = nullptr;
+  std::int64_t ldb = 0, sb = 0;
+  void* d = nullptr;
+  std::int64_t ldd = 0, sd = 0;
+  DType ab = DType::bf16, dt = DType::bf16;
+  float alpha = 1, beta = 0;
+  int batch = 1;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Precision& p, int device) : pr_(p) {
+    cu(cudaSetDevice(device), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    cu(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    name_ = std::string("cuda:") + std::to_string(device) + " " + prop.name + " (" + dtype_name(p.param) +
+            " weights/activations, " + dtype_name(p.grad) + " grads, " + dtype_name(p.optim) + " master/moments)";
+    cu(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    lt(cublasLtCreate(&lt_), "create");
+    cu(cudaMalloc(&lt_ws_, kLtWorkspace), "cudaMalloc workspace");
+    cu(cudaMalloc(reinterpret_cast<void**>(&sumsq_partial_), ck::kSumSquaresBlocks * sizeof(double)), "cudaMalloc");
+    cu(cudaMalloc(reinterpret_cast<void**>(&sumsq_result_), sizeof(double)), "cudaMalloc");
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, ev] : pending_) {
+      cudaEventDestroy(ev.first);
+      cudaEventDestroy(ev.second);
+    }
+    for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+    for (void* p : {lt_ws_, static_cast<void*>(sumsq_partial_), static_cast<void*>(sumsq_result_), attn_s_, attn_p_,
+                    attn_d_, norm_partial_})
+      cudaFree(p);
+    cublasLtDestroy(lt_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return name_; }
+  Precision precision() const override { return pr_; }
+
+  Buf alloc(std::int64_t n, DType t) override {
+    if (t == DType::f64) throw std::logic_error("cuda backend: no fp64 buffers");
+    void* p = nullptr;
+    cu(cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(t)), "cudaMalloc");
+    return {p, n, t};
+  }
+  void release(Buf& b) override {
+    cudaStreamSynchronize(stream_);
+    cudaFree(b.p);
+    b = {};
+  }
+  void zero(Buf b) override {
+    cu(cudaMemsetAsync(b.p, 0, static_cast<std::size_t>(b.n) * dtype_size(b.t), stream_), "cudaMemset");
+  }
+  template <class H>
+  void upload_as(Buf d, const H* s) {
+    if (d.t == DType::i32) throw std::logic_error("cuda backend: float data into an int32 buffer");
+    std::vector<char> host(static_cast<std::size_t>(d.n) * dtype_size(d.t));
+    if (d.t == DType::bf16) {
+      auto* h = reinterpret_cast<std::uint16_t*>(host.data());
+      for (std::int64_t i = 0; i < d.n; ++i) h[i] = bf16_from_float(static_cast<float>(s[i]));
+    } else {
+      auto* h = reinterpret_cast<float*>(host.data());
+      for (std::int64_t i = 0; i < d.n; ++i) h[i] = static_cast<float>(s[i]);
+    }
+    cu(cudaMemcpyAsync(d.p, host.data(), host.size(), cudaMemcpyHostToDevice, stream_), "upload");
+    cu(cudaStreamSynchronize(stream_), "upload");
+  }
+  void upload(Buf d, const float* s) override {
+    if (d.t == DType::f32) {   // the common large case (initial master weights): no host copy
+      cu(cudaMemcpyAsync(d.p, s, static_cast<std::size_t>(d.n) * 4, cudaMemcpyHostToDevice, stream_), "upload");
+      cu(cudaStreamSynchronize(stream_), "upload");
+      return;
+    }
+    upload_as(d, s);
+  }
+  void upload(Buf d, const double* s) override { upload_as(d, s); }
+  void upload(Buf d, const std::int32_t* s) override {
+    if (d.t != DType::i32) throw std::logic_error("cuda backend: int32 data into a float buffer");
+    cu(cudaMemcpyAsync(d.p, s, static_cast<std::size_t>(d.n) * 4, cudaMemcpyHostToDevice, stream_), "upload");
+    cu(cudaStreamSynchronize(stream_), "upload");
+  }
+  void download(double* d, Buf s) override {
+    std::vector<char> host(static_cast<std::size_t>(s.n) * dtype_size(s.t));
+    cu(cudaMemcpyAsync(host.data(), s.p, host.size(), cudaMemcpyDeviceToHost, stream_), "download");
+    cu(cudaStreamSynchronize(stream_), "download");
+    for (std::int64_t i = 0; i < s.n; ++i) {
+      switch (s.t) {
+        case DType::bf16: d[i] = float_from_bf16(reinterpret_cast<const std::uint16_t*>(host.data())[i]); break;
+        case DType::i32: d[i] = reinterpret_cast<const std::int32_t*>(host.data())[i]; break;
+        default: d[i] = reinterpret_cast<const float*>(host.data())[i];
+      }
+    }
+  }
+  void copy(Buf d, Buf s) override {
+    Timer t(*this, "elementwise");
+    ck::convert(d.p, st(d.t), s.p, st(s.t), d.n, stream_);
+  }
+  void add(Buf y, Buf x) override {
+    same(y, x, "add");
+    Timer t(*this, "elementwise");
+    ck::add(y.p, x.p, st(y.t), y.n, stream_);
+  }
+  void synchronize() override { cu(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  // Row-major C[M,N] = op(A)·op(B) (+ beta·C) on whole buffers; see rm_batched.
+  void rm_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, Buf A, std::int64_t lda, Buf B,
+               std::int64_t ldb, Buf C, std::int64_t ldc, float alpha, float beta) {
+    same(A, B, "gemm inputs");
+    gemm(rm_batched(ta, tb, M, N, K, A.p, lda, 0, 0, B.p, ldb, 0, 0, C.p, ldc, 0, 0, A.t, C.t, alpha, beta, 1));
+  }
+
+  void linear_forward(Buf y, Buf x, Buf w, std::int64_t n, std::int64_t in, std::int64_t out) override {
+    Timer t(*this, "linear_forward");
+    rm_gemm(false, true, n, out, in, x, in, w, in, y, out, 1, 0);
+  }
+  void linear_backward_input(Buf dx, Buf dy, Buf w, std::int64_t n, std::int64_t in, std::int64_t out,
+                             bool acc) override {
+    Timer t(*this, "linear_backward_input");
+    rm_gemm(false, false, n, in, out, dy, out, w, in, dx, in, 1, acc ? 1 : 0);
+  }
+  void linear_backward_weight(Buf dw, Buf dy, Buf x, std::int64_t n, std::int64_t in, std::int64_t out) override {
+    Timer t(*this, "linear_backward_weight");
+    rm_gemm(true, false, out, in, n, dy, out, x, in, dw, in, 1, 1);
+  }
+  void rmsnorm_forward(Buf y, Buf rstd, Buf x, Buf w, std::int64_t rows, std::int64_t dim, double eps) override {
+    same(y, x, "rmsnorm");
+    same(x, w, "rmsnorm");
+    Timer t(*this, "rmsnorm");
+    ck::rmsnorm_forward(y.p, f32(rstd), x.p, w.p, st(x.t), rows, dim, static_cast<float>(eps), stream_);
+  }
+  void rmsnorm_backward(Buf dx, Buf dw, Buf dy, Buf x, Buf w, Buf rstd, std::int64_t rows, std::int64_t dim,
+                        bool acc) override {
+    same(dx, x, "rmsnorm_backward");
+    same(dy, x, "rmsnorm_backward");
+    Timer t(*this, "rmsnorm");
+    float* partial = scratch(norm_partial_, norm_partial_bytes_, ck::rmsnorm_partial_rows(rows) * dim * 4);
+    ck::rmsnorm_backward(dx.p, f32(dw), dy.p, x.p, w.p, f32(rstd), st(x.t), rows, dim, acc, partial, stream_);
+  }
+  void rope_forward(Buf x, Buf pos, std::int64_t tk, std::int64_t h, std::int64_t d, double theta) override {
+    Timer t(*this, "rope");
+    ck::rope(x.p, i32(pos), st(x.t), tk, h, d, theta, false, stream_);
+  }
+  void rope_backward(Buf dx, Buf pos, std::int64_t tk, std::int64_t h, std::int64_t d, double theta) override {
+    Timer t(*this, "rope");
+    ck::rope(dx.p, i32(pos), st(dx.t), tk, h, d, theta, true, stream_);
+  }
+
+  // Attention as cuBLASLt products around fused softmax kernels: S = scale·QKᵀ (fp32), P = softmax (bf16),
+  // O = P·V. Query head h = g·rep + r uses KV head g: one batched product over g per r.
+  void attention_forward(Buf out, Buf lse, Buf q, Buf k, Buf v, Buf qpos, Buf kpos, const AttentionDims& a,
+                         double scale) override {
+    Timer t(*this, "attention_forward");
+    AttnWs w = attn_ws(a, q.t);
+    scores(w.S, q, k, a, static_cast<float>(scale));
+    ck::attn_softmax(w.P, st(q.t), f32(lse), w.S, i32(qpos), i32(kpos), a.hq, a.tq, a.tk, stream_);
+    const std::int64_t rep = a.hq / a.hkv;
+    for (std::int64_t r = 0; r < rep; ++r) {
+      // out_h[tq, d] = P_h[tq, tk] · V_g[tk, d]
+      gemm(rm_batched(false, false, a.tq, a.d, a.tk, w.P, a.tk, rep * a.tq * a.tk, r * a.tq * a.tk, v.p, a.hkv * a.d,
+                      a.d, 0, out.p, a.hq * a.d, rep * a.d, r * a.d, q.t, out.t, 1, 0, a.hkv));
+    }
+  }
+  void attention_merge(Buf out, Buf lse, Buf out2, Buf lse2, std::int64_t rows, std::int64_t d) override {
+    same(out, out2, "attention_merge");
+    Timer t(*this, "attention_forward");
+    ck::attn_merge(out.p, f32(lse), out2.p, f32(lse2), st(out.t), rows, d, stream_);
+  }
+  void attention_backward(Buf dq, Buf dk, Buf dv, Buf dout, Buf out, Buf lse, Buf q, Buf k, Buf v, Buf qpos, Buf kpos,
+                          const AttentionDims& a, double scale) override {
+    Timer t(*this, "attention_backward");
+    AttnWs w = attn_ws(a, q.t);
+    ck::attn_rowdot(w.D, dout.p, out.p, st(out.t), a.tq * a.hq, a.d, stream_);
+    scores(w.S, q, k, a, static_cast<float>(scale));
+    ck::attn_probs(w.P, st(q.t), f32(lse), w.S, i32(qpos), i32(kpos), a.hq, a.tq, a.tk, stream_);
+    const std::int64_t rep = a.hq / a.hkv, sS = a.tq * a.tk;
+    for (std::int64_t r = 0; r < rep; ++r) {
+      // dV_g[tk, d] += P_hᵀ · dO_h ;  dP_h[tq, tk] = dO_h · V_gᵀ (over S)
+      gemm(rm_batched(true, false, a.tk, a.d, a.tq, w.P, a.tk, rep * sS, r * sS, dout.p, a.hq * a.d, rep * a.d, r * a.d,
+                      dv.p, a.hkv * a.d, a.d, 0, q.t, dv.t, 1, 1, a.hkv));
+      gemm(rm_batched(false, true, a.tq, a.tk, a.d, dout.p, a.hq * a.d, rep * a.d, r * a.d, v.p, a.hkv * a.d, a.d, 0,
+                      w.S, a.tk, rep * sS, r * sS, q.t, DType::f32, 1, 0, a.hkv));
+    }
+    ck::attn_dsoftmax(w.P, st(q.t), w.S, w.D, a.hq, a.tq, a.tk, static_cast<float>(scale), stream_);
+    for (std::int64_t r = 0; r < rep; ++r) {
+      // dQ_h += dS_h · K_g ;  dK_g += dS_hᵀ · Q_h
+      gemm(rm_batched(false, false, a.tq, a.d, a.tk, w.P, a.tk, rep * sS, r * sS, k.p, a.hkv * a.d, a.d, 0, dq.p,
+                      a.hq * a.d, rep * a.d, r * a.d, q.t, dq.t, 1, 1, a.hkv));
+      gemm(rm_batched(true, false, a.tk, a.d, a.tq, w.P, a.tk, rep * sS, r * sS, q.p, a.hq * a.d, rep * a.d, r * a.d,
+                      dk.p, a.hkv * a.d, a.d, 0, q.t, dk.t, 1, 1, a.hkv));
+    }
+  }
+  void swiglu_forward(Buf h, Buf g, Buf u, std::int64_t n) override {
+    same(h, g, "swiglu");
+    Timer t(*this, "swiglu");
+    ck::swiglu_forward(h.p, g.p, u.p, st(g.t), n, stream_);
+  }
+  void swiglu_backward(Buf dg, Buf du, Buf dh, Buf g, Buf u, std::int64_t n) override {
+    same(dg, g, "swiglu_backward");
+    Timer t(*this, "swiglu");
+    ck::swiglu_backward(dg.p, du.p, dh.p, g.p, u.p, st(g.t), n, stream_);
+  }
+  void embedding_forward(Buf out, Buf table, Buf ids, std::int64_t n, std::int64_t dim, std::int64_t v0,
+                         std::int64_t vl) override {
+    same(out, table, "embedding");
+    Timer t(*this, "embedding");
+    ck::embedding_forward(out.p, table.p, i32(ids), st(out.t), n, dim, v0, vl, stream_);
+  }
+  void embedding_backward(Buf dtable, Buf dout, Buf ids, std::int64_t n, std::int64_t dim, std::int64_t v0,
+                          std::int64_t vl) override {
+    Timer t(*this, "embedding");
+    ck::embedding_backward(f32(dtable), dout.p, i32(ids), st(dout.t), n, dim, v0, vl, stream_);
+  }
+  void ce_row_max(Buf m, Buf lg, std::int64_t rows, std::int64_t vl) override {
+    Timer t(*this, "cross_entropy");
+    ck::ce_row_max(f32(m), f32(lg), rows, vl, stream_);
+  }
+  void ce_row_sumexp(Buf s, Buf lg, Buf m, std::int64_t rows, std::int64_t vl) override {
+    Timer t(*this, "cross_entropy");
+    ck::ce_row_sumexp(f32(s), f32(lg), f32(m), rows, vl, stream_);
+  }
+  void ce_target_logit(Buf z, Buf lg, Buf tg, std::int64_t rows, std::int64_t vl, std::int64_t v0) override {
+    Timer t(*this, "cross_entropy");
+    ck::ce_target_logit(f32(z), f32(lg), i32(tg), rows, vl, v0, stream_);
+  }
+  void ce_row_loss(Buf loss, Buf m, Buf s, Buf z, Buf tg, std::int64_t rows) override {
+    Timer t(*this, "cross_entropy");
+    ck::ce_row_loss(f32(loss), f32(m), f32(s), f32(z), i32(tg), rows, stream_);
+  }
+  void ce_backward(Buf dl, Buf lg, Buf m, Buf s, Buf tg, std::int64_t rows, std::int64_t vl, std::int64_t v0,
+                   double scale) override {
+    Timer t(*this, "cross_entropy");
+    ck::ce_backward(dl.p, st(dl.t), f32(lg), f32(m), f32(s), i32(tg), rows, vl, v0, static_cast<float>(scale), stream_);
+  }
+  void adamw(std::span<const AdamTensor> ts, const AdamW& hp) override {
+    Timer t(*this, "adamw");
+    // The scalars exactly as the CPU twin forms them (kernels/src/optimizer.cpp), in fp32.
+    const double bc1 = 1.0 - std::pow(hp.beta1, double(hp.step)), bc2 = 1.0 - std::pow(hp.beta2, double(hp.step));
+    const ck::AdamScalars a{float(1.0 - hp.lr * hp.weight_decay), float(hp.lr / bc1), float(std::sqrt(bc2)),
+                            float(hp.beta1), float(hp.beta2), float(1.0 - hp.beta1), float(1.0 - hp.beta2),
+                            float(hp.eps), float(hp.grad_scale)};
+    std::vector<ck::AdamDesc> d;
+    DType param_t = pr_.param;
+    for (const AdamTensor& x : ts) {
+      const bool copy = x.param.p && x.param.p != x.master.p;
+      if (copy) param_t = x.param.t;
+      d.push_back({f32(x.master), f32(x.m), f32(x.v), f32(x.grad), copy ? x.param.p : nullptr, x.master.n});
+    }
+    ck::adamw(d.data(), static_cast<int>(d.size()), st(param_t), a, stream_);
+  }
+  double sum_squares(std::span<const Buf> xs) override {
+    double total = 0;
+    for (std::size_t first = 0; first < xs.size(); first += ck::kSumSquaresMaxTensors) {
+      std::vector<const float*> p;
+      std::vector<std::int64_t> n;
+      for (std::size_t i = first; i < std::min(xs.size(), first + ck::kSumSquaresMaxTensors); ++i) {
+        p.push_back(f32(xs[i]));
+        n.push_back(xs[i].n);
+      }
+      {
+        Timer t(*this, "sum_squares");
+        ck::sum_squares(sumsq_result_, sumsq_partial_, p.data(), n.data(), static_cast<int>(p.size()), stream_);
+      }
+      double s = 0;
+      cu(cudaMemcpyAsync(&s, sumsq_result_, sizeof s, cudaMemcpyDeviceToHost, stream_), "sum_squares");
+      cu(cudaStreamSynchronize(stream_), "sum_squares");
+      total += s;
+    }
+    return total;
+  }
+
+  std::string memory_report() override {
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return "device memory: unknown";
+    char line[128];
+    std::snprintf(line, sizeof line, "device memory in use %.1f GiB of %.1f GiB", double(total - free) / (1u << 30),
+                  double(total) / (1u << 30));
+    return line;
+  }
+  std::vector<std::pair<std::string, double>> kernel_times() override {
+    resolve_timers();
+    std::vector<std::pair<std::string, double>> v(totals_.begin(), totals_.end());
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return v;
+  }
+
+ private:
+  static constexpr std::size_t kLtWorkspace = 64u << 20;
+
+  // CUDA events around one call on the compute stream; resolved in batches (kernel_times, or when many).
+  struct Timer {
+    CudaBackend& be;
+    const char* kind;
+    cudaEvent_t start;
+    Timer(CudaBackend& b, const char* k) : be(b), kind(k), start(b.event()) { cudaEventRecord(start, b.stream_); }
+    ~Timer() {
+      cudaEvent_t stop = nullptr;
+      if (!be.pool_.empty()) {
+        stop = be.pool_.back();
+        be.pool_.pop_back();
+      } else if (cudaEventCreate(&stop) != cudaSuccess) {
+        return;   // no timing for this call rather than an exception from a destructor
+      }
+      cudaEventRecord(stop, be.stream_);
+      be.pending_.push_back({kind, {start, stop}});
+      if (be.pending_.size() > 8192) be.resolve_timers();
+    }
+  };
+  cudaEvent_t event() {
+    if (!pool_.empty()) {
+      cudaEvent_t e = pool_.back();
+      pool_.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    cu(cudaEventCreate(&e), "cudaEventCreate");
+    return e;
+  }
+  void resolve_timers() {
+    cudaStreamSynchronize(stream_);
+    for (auto& [kind, ev] : pending_) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, ev.first, ev.second) == cudaSuccess) totals_[kind] += ms;
+      pool_.push_back(ev.first);
+      pool_.push_back(ev.second);
+    }
+    pending_.clear();
+  }
+
+  float* scratch(void*& p, std::size_t& have, std::int64_t bytes) {
+    if (static_cast<std::size_t>(bytes) > have) {
+      cudaStreamSynchronize(stream_);
+      cudaFree(p);
+      p = nullptr;
+      cu(cudaMalloc(&p, static_cast<std::size_t>(bytes)), "cudaMalloc scratch");
+      have = static_cast<std::size_t>(bytes);
+    }
+    return static_cast<float*>(p);
+  }
+  struct AttnWs {
+    float* S;
+    void* P;
+    float* D;
+  };
+  AttnWs attn_ws(const AttentionDims& a, DType t) {
+    const std::int64_t n = a.hq * a.tq * a.tk;
+    return {scratch(attn_s_, attn_s_bytes_, n * 4), scratch(attn_p_, attn_p_bytes_, n * std::int64_t(dtype_size(t))),
+            scratch(attn_d_, attn_d_bytes_, a.tq * a.hq * 4)};
+  }
+  // S_h[tq, tk] = scale · Q_h · K_gᵀ for every head, fp32.
+  void scores(float* S, Buf q, Buf k, const AttentionDims& a, float scale) {
+    same(q, k, "attention");
+    const std::int64_t rep = a.hq / a.hkv;
+    for (std::int64_t r = 0; r < rep; ++r)
+      gemm(rm_batched(false, true, a.tq, a.tk, a.d, q.p, a.hq * a.d, rep * a.d, r * a.d, k.p, a.hkv * a.d, a.d, 0, S,
+                      a.tk, rep * a.tq * a.tk, r * a.tq * a.tk, q.t, DType::f32, scale, 0, a.hkv));
+  }
+  // A batched row-major product with per-operand (base offset, batch stride) in elements. Row-major
+  // C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap, each keeps its transpose flag.
+  static Gemm rm_batched(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const void* A,
+                         std::int64_t lda, std::int64_t sa, std::int64_t oa, const void* B, std::int64_t ldb,
+                         std::int64_t sb, std::int64_t ob, void* C, std::int64_t ldc, std::int64_t sc, std::int64_t oc,
+                         DType ab, DType ct, float alpha, float beta, std::int64_t batch) {
+    const std::size_t es = dtype_size(ab), cs = dtype_size(ct);
+    Gemm g;
+    g.ta = tb;
+    g.tb = ta;
+    g.m = N;
+    g.n = M;
+    g.k = K;
+    g.a = static_cast<const char*>(B) + ob * es;
+    g.lda = ldb;
+    g.sa = sb;
+    g.b = static_cast<const char*>(A) + oa * es;
+    g.ldb = lda;
+    g.sb = sa;
+    g.d = static_cast<char*>(C) + oc * cs;
+    g.ldd = ldc;
+    g.sd = sc;
+    g.ab = ab;
+    g.dt = ct;
+    g.alpha = alpha;
+    g.beta = beta;
+    g.batch = static_cast<int>(batch);
+    return g;
+  }
+
+  using Key = std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                         std::int64_t, std::int64_t, std::int64_t, int, int, int, std::uint32_t, std::uint32_t,
+                         std::uint32_t>;
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  static void layout(cublasLtMatrixLayout_t* l, DType t, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                     int batch, std::int64_t stride) {
+    lt(cublasLtMatrixLayoutCreate(l, cuda_type(t), static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), ld),
+       "layout");
+    if (batch > 1) {
+      lt(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), "batch");
+      lt(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+         "stride");
+    }
+  }
+  // The alignment (bytes, ≤ 256) every batch of an operand keeps: views into a buffer (a head, a sequence)
+  // are less aligned than cudaMalloc's 256 bytes, and cuBLASLt may only pick algorithms that allow it.
+  static std::uint32_t alignment(const void* p, std::int64_t stride_elems, DType t, int batch) {
+    std::uint64_t a = reinterpret_cast<std::uintptr_t>(p) | 256u;
+    if (batch > 1) a |= static_cast<std::uint64_t>(stride_elems) * dtype_size(t);
+    return static_cast<std::uint32_t>(a & (~a + 1));   // lowest set bit
+  }
+  // One cuBLASLt matmul; the descriptors and the heuristic's first algorithm are cached per shape and alignment.
+  void gemm(const Gemm& g) {
+    const std::uint32_t aa = alignment(g.a, g.sa, g.ab, g.batch), ab = alignment(g.b, g.sb, g.ab, g.batch),
+                        ad = alignment(g.d, g.sd, g.dt, g.batch);
+    const Key key{g.ta, g.tb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.sa, g.sb, g.sd, g.batch, int(g.ab),
+                  int(g.dt) * 2 + (g.beta != 0), aa, ab, ad};
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      Plan p;
+      lt(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+      const cublasOperation_t opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
+      lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
+      layout(&p.a, g.ab, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda, g.batch, g.sa);
+      layout(&p.b, g.ab, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb, g.batch, g.sb);
+      layout(&p.d, g.dt, g.m, g.n, g.ldd, g.batch, g.sd);
+      cublasLtMatmulPreference_t pref;
+      lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+      const std::size_t ws = kLtWorkspace;
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "pref");
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa), "pref");
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab), "pref");
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad), "pref");
+      lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad), "pref");
+      cublasLtMatmulHeuristicResult_t h{};
+      int found = 0;
+      lt(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref, 1, &h, &found), "heuristic");
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (found == 0)
+        throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(g.m) + "x" + std::to_string(g.n) +
+                                 "x" + std::to_string(g.k) + " " + dtype_name(g.ab) + " product");
+      p.algo = h.algo;
+      it = plans_.emplace(key, p).first;
+    }
+    const Plan& p = it->second;
+    lt(cublasLtMatmul(lt_, p.op, &g.alpha, g.a, p.a, g.b, p.b, &g.beta, g.d, p.d, g.d, p.d, &p.algo, lt_ws_,
+                      kLtWorkspace, stream_),
+       "matmul");
+  }
+
+  Precision pr_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_ws_ = nullptr;
+  double *sumsq_partial_ = nullptr, *sumsq_result_ = nullptr;
+  void *attn_s_ = nullptr, *attn_p_ = nullptr, *attn_d_ = nullptr, *norm_partial_ = nullptr;
+  std::size_t attn_s_bytes_ = 0, attn_p_bytes_ = 0, attn_d_bytes_ = 0, norm_partial_bytes_ = 0;
+  std::map<Key, Plan> plans_;
+  std::vector<std::pair<const char*, std::pair<cudaEvent_t, cudaEvent_t>>> pending_;
+  std::vector<cudaEvent_t> pool_;
+  std::map<std::string, double> totals_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Precision& p, int device) {
+  std::string why;
+  const int n = cuda_device_count(&why);
+  if (n == 0) throw std::invalid_argument("no CUDA device: " + why);
+  if (device < 0 || device >= n)
+    throw std::invalid_argument("CUDA device " + std::to_string(device) + " is not below the " + std::to_string(n) +
+                                " visible devices");
+  return std::make_unique<CudaBackend>(p, device);
+}
+
+}  // namespace meshrun::device

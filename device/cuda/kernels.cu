@@ -1,0 +1,483 @@
+// The hand-written CUDA kernels of the backend (kernels.hpp). Storage is fp32 or bf16 (bf16.hpp bit
+// patterns, rounded to nearest-even); arithmetic is fp32, RoPE angles fp64 as on the CPU twin. Block
+// reductions go through shared memory in a fixed tree, so results do not depend on scheduling.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels.hpp"
+#include "meshrun/device/bf16.hpp"
+
+namespace meshrun::device::cuda {
+namespace {
+
+using bf16 = std::uint16_t;
+
+__device__ __forceinline__ float ld(const float* p, std::int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const bf16* p, std::int64_t i) { return float_from_bf16(p[i]); }
+__device__ __forceinline__ void st(float* p, std::int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(bf16* p, std::int64_t i, float v) { p[i] = bf16_from_float(v); }
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA kernel ") + what + ": " + cudaGetErrorString(e));
+}
+
+constexpr int kThreads = 256;
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 64 ? (b > 0 ? b : 1) : 65535 * 64);
+}
+#define GRID_STRIDE(i, n) \
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < (n); i += std::int64_t(gridDim.x) * blockDim.x)
+
+// Sum (or max) over a block of kThreads threads, fixed tree order; every thread gets the result.
+template <class Op>
+__device__ float block_reduce(float v, Op op) {
+  __shared__ float sh[kThreads];
+  __syncthreads();
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + w]);
+    __syncthreads();
+  }
+  return sh[0];
+}
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Dispatch a templated launch on the storage type.
+#define DISPATCH(t, T, ...)          \
+  if ((t) == St::bf16) {             \
+    using T = bf16;                  \
+    __VA_ARGS__;                     \
+  } else {                           \
+    using T = float;                 \
+    __VA_ARGS__;                     \
+  }
+
+template <class D, class S>
+__global__ void k_convert(D* d, const S* s, std::int64_t n) {
+  GRID_STRIDE(i, n) st(d, i, ld(s, i));
+}
+template <class T>
+__global__ void k_add(T* y, const T* x, std::int64_t n) {
+  GRID_STRIDE(i, n) st(y, i, ld(y, i) + ld(x, i));
+}
+
+template <class T>
+__global__ void k_rmsnorm_fwd(T* y, float* rstd, const T* x, const T* w, std::int64_t dim, float eps) {
+  const std::int64_t r = blockIdx.x;
+  const T* xr = x + r * dim;
+  float ss = 0;
+  for (std::int64_t j = threadIdx.x; j < dim; j += kThreads) {
+    const float v = ld(xr, j);
+    ss += v * v;
+  }
+  ss = block_reduce(ss, Sum{});
+  const float rs = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  if (threadIdx.x == 0) rstd[r] = rs;
+  for (std::int64_t j = threadIdx.x; j < dim; j += kThreads) st(y + r * dim, j, (ld(xr, j) * rs) * ld(w, j));
+}
+
+template <class T>
+__global__ void k_rmsnorm_bwd_dx(T* dx, const T* dy, const T* x, const T* w, const float* rstd, std::int64_t dim,
+                                 bool acc) {
+  const std::int64_t r = blockIdx.x;
+  const T *xr = x + r * dim, *dyr = dy + r * dim;
+  const float rs = rstd[r];
+  float dot = 0;
+  for (std::int64_t j = threadIdx.x; j < dim; j += kThreads) dot += ld(dyr, j) * ld(w, j) * (ld(xr, j) * rs);
+  dot = block_reduce(dot, Sum{}) / static_cast<float>(dim);
+  for (std::int64_t j = threadIdx.x; j < dim; j += kThreads) {
+    const float g = ld(dyr, j) * ld(w, j), xh = ld(xr, j) * rs;
+    const float v = rs * (g - xh * dot);
+    st(dx + r * dim, j, acc ? ld(dx + r * dim, j) + v : v);
+  }
+}
+
+constexpr std::int64_t kRowsPerPartial = 256;
+// partial[c, j] = Σ over rows of chunk c of dy·x·rstd; then dw[j] += Σ_c partial[c, j] in order.
+template <class T>
+__global__ void k_rmsnorm_bwd_dw_partial(float* partial, const T* dy, const T* x, const float* rstd,
+                                         std::int64_t rows, std::int64_t dim) {
+  const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x, c = blockIdx.y;
+  if (j >= dim) return;
+  float s = 0;
+  const std::int64_t end = min(rows, (c + 1) * kRowsPerPartial);
+  for (std::int64_t r = c * kRowsPerPartial; r < end; ++r) s += ld(dy, r * dim + j) * (ld(x, r * dim + j) * rstd[r]);
+  partial[c * dim + j] = s;
+}
+__global__ void k_sum_partials(float* dw, const float* partial, std::int64_t chunks, std::int64_t dim) {
+  GRID_STRIDE(j, dim) {
+    float s = 0;
+    for (std::int64_t c = 0; c < chunks; ++c) s += partial[c * dim + j];
+    dw[j] += s;
+  }
+}
+
+template <class T>
+__global__ void k_rope(T* x, const std::int32_t* pos, std::int64_t tokens, std::int64_t heads, std::int64_t hd,
+                       double theta, double sign) {
+  const std::int64_t half = hd / 2;
+  GRID_STRIDE(e, tokens * heads * half) {
+    const std::int64_t i = e % half, th = e / half, t = th / heads;
+    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    double sd, cd;
+    sincos(sign * static_cast<double>(pos[t]) * inv_freq, &sd, &cd);
+    const float c = static_cast<float>(cd), sn = static_cast<float>(sd);
+    T* row = x + th * hd;
+    const float a = ld(row, i), b = ld(row, i + half);
+    st(row, i, a * c - b * sn);
+    st(row, i + half, b * c + a * sn);
+  }
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+template <class T>
+__global__ void k_swiglu_fwd(T* h, const T* g, const T* u, std::int64_t n) {
+  GRID_STRIDE(i, n) {
+    const float gi = ld(g, i);
+    st(h, i, gi * sigmoid(gi) * ld(u, i));
+  }
+}
+template <class T>
+__global__ void k_swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, std::int64_t n) {
+  GRID_STRIDE(i, n) {
+    const float gi = ld(g, i), s = sigmoid(gi), d = ld(dh, i);
+    st(dg, i, d * ld(u, i) * s * (1.0f + gi * (1.0f - s)));
+    st(du, i, d * gi * s);
+  }
+}
+
+template <class T>
+__global__ void k_embedding_fwd(T* out, const T* table, const std::int32_t* ids, std::int64_t n, std::int64_t dim,
+                                std::int64_t v0, std::int64_t vl) {
+  GRID_STRIDE(e, n * dim) {
+    const std::int64_t i = e / dim, j = e % dim, id = ids[i] - v0;
+    st(out, e, id >= 0 && id < vl ? ld(table, id * dim + j) : 0.0f);
+  }
+}
+// One thread per column, tokens in order: the CPU twin's summation order, no atomics.
+template <class T>
+__global__ void k_embedding_bwd(float* dtable, const T* dout, const std::int32_t* ids, std::int64_t n,
+                                std::int64_t dim, std::int64_t v0, std::int64_t vl) {
+  GRID_STRIDE(j, dim) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t id = ids[i] - v0;
+      if (id >= 0 && id < vl) dtable[id * dim + j] += ld(dout, i * dim + j);
+    }
+  }
+}
+
+__global__ void k_ce_row_max(float* m, const float* lg, std::int64_t vl) {
+  const std::int64_t r = blockIdx.x;
+  float v = -INFINITY;
+  for (std::int64_t j = threadIdx.x; j < vl; j += kThreads) v = fmaxf(v, lg[r * vl + j]);
+  v = block_reduce(v, Max{});
+  if (threadIdx.x == 0) m[r] = v;
+}
+__global__ void k_ce_row_sumexp(float* se, const float* lg, const float* m, std::int64_t vl) {
+  const std::int64_t r = blockIdx.x;
+  float v = 0;
+  for (std::int64_t j = threadIdx.x; j < vl; j += kThreads) v += expf(lg[r * vl + j] - m[r]);
+  v = block_reduce(v, Sum{});
+  if (threadIdx.x == 0) se[r] = v;
+}
+__global__ void k_ce_target(float* z, const float* lg, const std::int32_t* tg, std::int64_t rows, std::int64_t vl,
+                            std::int64_t v0) {
+  GRID_STRIDE(r, rows) {
+    const std::int64_t c = std::int64_t(tg[r]) - v0;
+    z[r] = tg[r] >= 0 && c >= 0 && c < vl ? lg[r * vl + c] : 0.0f;
+  }
+}
+__global__ void k_ce_loss(float* loss, const float* m, const float* se, const float* z, const std::int32_t* tg,
+                          std::int64_t rows) {
+  GRID_STRIDE(r, rows) loss[r] = tg[r] < 0 ? 0.0f : logf(se[r]) + m[r] - z[r];
+}
+template <class T>
+__global__ void k_ce_backward(T* dl, const float* lg, const float* m, const float* se, const std::int32_t* tg,
+                              std::int64_t rows, std::int64_t vl, std::int64_t v0, float scale) {
+  GRID_STRIDE(e, rows * vl) {
+    const std::int64_t r = e / vl, j = e % vl;
+    float v = 0;
+    if (tg[r] >= 0) v = (expf(lg[e] - m[r]) / se[r] - (v0 + j == tg[r] ? 1.0f : 0.0f)) * scale;
+    st(dl, e, v);
+  }
+}
+
+// One block per (head, query) row of S [hq][tq][tk].
+template <class T>
+__global__ void k_attn_softmax(T* p, float* lse, const float* S, const std::int32_t* qpos, const std::int32_t* kpos,
+                               std::int64_t hq, std::int64_t tq, std::int64_t tk) {
+  const std::int64_t row = blockIdx.x, h = row / tq, i = row % tq;
+  const float* s = S + row * tk;
+  const std::int32_t qp = qpos[i];
+  float mx = -INFINITY;
+  for (std::int64_t j = threadIdx.x; j < tk; j += kThreads)
+    if (kpos[j] <= qp) mx = fmaxf(mx, s[j]);
+  mx = block_reduce(mx, Max{});
+  float sum = 0;
+  if (mx != -INFINITY)
+    for (std::int64_t j = threadIdx.x; j < tk; j += kThreads)
+      if (kpos[j] <= qp) sum += expf(s[j] - mx);
+  sum = block_reduce(sum, Sum{});
+  const float l = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+  if (threadIdx.x == 0) lse[i * hq + h] = l;
+  for (std::int64_t j = threadIdx.x; j < tk; j += kThreads)
+    st(p + row * tk, j, kpos[j] <= qp && l != -INFINITY ? expf(s[j] - l) : 0.0f);
+}
+template <class T>
+__global__ void k_attn_probs(T* p, const float* lse, const float* S, const std::int32_t* qpos,
+                             const std::int32_t* kpos, std::int64_t hq, std::int64_t tq, std::int64_t tk) {
+  GRID_STRIDE(e, hq * tq * tk) {
+    const std::int64_t j = e % tk, row = e / tk, h = row / tq, i = row % tq;
+    const float l = lse[i * hq + h];
+    st(p, e, kpos[j] <= qpos[i] && l != -INFINITY ? expf(S[e] - l) : 0.0f);
+  }
+}
+template <class T>
+__global__ void k_attn_dsoftmax(T* p, const float* dP, const float* D, std::int64_t hq, std::int64_t tq,
+                                std::int64_t tk, float scale) {
+  GRID_STRIDE(e, hq * tq * tk) {
+    const std::int64_t row = e / tk, h = row / tq, i = row % tq;
+    st(p, e, ld(p, e) * (dP[e] - D[i * hq + h]) * scale);
+  }
+}
+// One warp per row: D[r] = Σ_c dout[r, c]·out[r, c].
+template <class T>
+__global__ void k_attn_rowdot(float* D, const T* dout, const T* out, std::int64_t rows, std::int64_t d) {
+  const std::int64_t r = blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float s = 0;
+  for (std::int64_t c = lane; c < d; c += 32) s += ld(dout, r * d + c) * ld(out, r * d + c);
+  for (int o = 16; o > 0; o /= 2) s += __shfl_down_sync(0xffffffffu, s, o);
+  if (lane == 0) D[r] = s;
+}
+template <class T>
+__global__ void k_attn_merge(T* out, float* lse, const T* out2, const float* lse2, std::int64_t rows, std::int64_t d) {
+  GRID_STRIDE(e, rows * d) {
+    const std::int64_t r = e / d;
+    const float l1 = lse[r], l2 = lse2[r];
+    if (l2 == -INFINITY) continue;
+    if (l1 == -INFINITY) {
+      st(out, e, ld(out2, e));
+      continue;
+    }
+    const float sig21 = 1.0f / (1.0f + expf(l1 - l2));
+    const float o1 = ld(out, e);
+    st(out, e, o1 - sig21 * (o1 - ld(out2, e)));
+  }
+}
+// lse is updated after every element of its row has used the old value (second kernel).
+__global__ void k_attn_merge_lse(float* lse, const float* lse2, std::int64_t rows) {
+  GRID_STRIDE(r, rows) {
+    const float l1 = lse[r], l2 = lse2[r];
+    if (l2 == -INFINITY) continue;
+    if (l1 == -INFINITY) {
+      lse[r] = l2;
+      continue;
+    }
+    const float x = l1 - l2;
+    const float log_sig = x >= 0 ? -log1pf(expf(-x)) : x - log1pf(expf(x));
+    lse[r] = l1 - log_sig;
+  }
+}
+
+struct AdamArgs {
+  AdamDesc t[kAdamMaxTensors];
+  int count;
+};
+// blockIdx.y picks the tensor (multi-tensor apply: one launch for all shards).
+template <class T>
+__global__ void k_adamw(AdamArgs args, AdamScalars a) {
+  const AdamDesc& d = args.t[blockIdx.y];
+  GRID_STRIDE(i, d.n) {
+    const float g = d.grad[i] * a.grad_scale;
+    const float m = a.b1 * d.m[i] + a.one_b1 * g;
+    const float v = a.b2 * d.v[i] + a.one_b2 * g * g;
+    d.m[i] = m;
+    d.v[i] = v;
+    const float p = d.master[i] * a.decay - a.step_size * m / (sqrtf(v) / a.bc2_sqrt + a.eps);
+    d.master[i] = p;
+    if (d.param) st(static_cast<T*>(d.param), i, p);
+  }
+}
+
+struct SumArgs {
+  const float* x[kSumSquaresMaxTensors];
+  std::int64_t n[kSumSquaresMaxTensors];
+  int count;
+};
+__global__ void k_sum_squares_partial(double* partial, SumArgs args) {
+  __shared__ double sh[kThreads];
+  double s = 0;
+  for (int t = 0; t < args.count; ++t) GRID_STRIDE(i, args.n[t]) s += double(args.x[t][i]) * double(args.x[t][i]);
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+__global__ void k_sum_doubles(double* result, const double* partial, int n) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    double s = 0;
+    for (int i = 0; i < n; ++i) s += partial[i];
+    *result = s;
+  }
+}
+
+}  // namespace
+
+void convert(void* dst, St dt, const void* src, St st_, std::int64_t n, cudaStream_t s) {
+  DISPATCH(dt, D, DISPATCH(st_, S, k_convert<<<blocks_for(n), kThreads, 0, s>>>(static_cast<D*>(dst),
+                                                                              static_cast<const S*>(src), n)));
+  check_launch("convert");
+}
+void add(void* y, const void* x, St t, std::int64_t n, cudaStream_t s) {
+  DISPATCH(t, T, k_add<<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(x), n));
+  check_launch("add");
+}
+void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, St t, std::int64_t rows, std::int64_t dim,
+                     float eps, cudaStream_t s) {
+  DISPATCH(t, T, k_rmsnorm_fwd<<<rows, kThreads, 0, s>>>(static_cast<T*>(y), rstd, static_cast<const T*>(x),
+                                                          static_cast<const T*>(w), dim, eps));
+  check_launch("rmsnorm_forward");
+}
+std::int64_t rmsnorm_partial_rows(std::int64_t rows) { return (rows + kRowsPerPartial - 1) / kRowsPerPartial; }
+void rmsnorm_backward(void* dx, float* dw, const void* dy, const void* x, const void* w, const float* rstd, St t,
+                      std::int64_t rows, std::int64_t dim, bool acc, float* partial, cudaStream_t s) {
+  const std::int64_t chunks = rmsnorm_partial_rows(rows);
+  const dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
+  DISPATCH(t, T, {
+    k_rmsnorm_bwd_dx<<<rows, kThreads, 0, s>>>(static_cast<T*>(dx), static_cast<const T*>(dy),
+                                               static_cast<const T*>(x), static_cast<const T*>(w), rstd, dim, acc);
+    k_rmsnorm_bwd_dw_partial<<<grid, kThreads, 0, s>>>(partial, static_cast<const T*>(dy), static_cast<const T*>(x),
+                                                       rstd, rows, dim);
+  });
+  k_sum_partials<<<blocks_for(dim), kThreads, 0, s>>>(dw, partial, chunks, dim);
+  check_launch("rmsnorm_backward");
+}
+void rope(void* x, const std::int32_t* pos, St t, std::int64_t tokens, std::int64_t heads, std::int64_t hd,
+          double theta, bool inverse, cudaStream_t s) {
+  DISPATCH(t, T, k_rope<<<blocks_for(tokens * heads * hd / 2), kThreads, 0, s>>>(static_cast<T*>(x), pos, tokens, heads,
+                                                                                  hd, theta, inverse ? -1.0 : 1.0));
+  check_launch("rope");
+}
+void swiglu_forward(void* h, const void* g, const void* u, St t, std::int64_t n, cudaStream_t s) {
+  DISPATCH(t, T, k_swiglu_fwd<<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(h), static_cast<const T*>(g),
+                                                                  static_cast<const T*>(u), n));
+  check_launch("swiglu_forward");
+}
+void swiglu_backward(void* dg, void* du, const void* dh, const void* g, const void* u, St t, std::int64_t n,
+                     cudaStream_t s) {
+  DISPATCH(t, T, k_swiglu_bwd<<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(dg), static_cast<T*>(du),
+                                                                  static_cast<const T*>(dh), static_cast<const T*>(g),
+                                                                  static_cast<const T*>(u), n));
+  check_launch("swiglu_backward");
+}
+void embedding_forward(void* out, const void* table, const std::int32_t* ids, St t, std::int64_t n, std::int64_t dim,
+                       std::int64_t v0, std::int64_t vl, cudaStream_t s) {
+  DISPATCH(t, T, k_embedding_fwd<<<blocks_for(n * dim), kThreads, 0, s>>>(static_cast<T*>(out),
+                                                                           static_cast<const T*>(table), ids, n, dim, v0, vl));
+  check_launch("embedding_forward");
+}
+void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, St t, std::int64_t n,
+                        std::int64_t dim, std::int64_t v0, std::int64_t vl, cudaStream_t s) {
+  DISPATCH(t, T, k_embedding_bwd<<<blocks_for(dim), kThreads, 0, s>>>(dtable, static_cast<const T*>(dout), ids, n, dim,
+                                                                       v0, vl));
+  check_launch("embedding_backward");
+}
+void ce_row_max(float* m, const float* lg, std::int64_t rows, std::int64_t vl, cudaStream_t s) {
+  k_ce_row_max<<<rows, kThreads, 0, s>>>(m, lg, vl);
+  check_launch("ce_row_max");
+}
+void ce_row_sumexp(float* se, const float* lg, const float* m, std::int64_t rows, std::int64_t vl, cudaStream_t s) {
+  k_ce_row_sumexp<<<rows, kThreads, 0, s>>>(se, lg, m, vl);
+  check_launch("ce_row_sumexp");
+}
+void ce_target_logit(float* z, const float* lg, const std::int32_t* tg, std::int64_t rows, std::int64_t vl,
+                     std::int64_t v0, cudaStream_t s) {
+  k_ce_target<<<blocks_for(rows), kThreads, 0, s>>>(z, lg, tg, rows, vl, v0);
+  check_launch("ce_target_logit");
+}
+void ce_row_loss(float* loss, const float* m, const float* se, const float* z, const std::int32_t* tg,
+                 std::int64_t rows, cudaStream_t s) {
+  k_ce_loss<<<blocks_for(rows), kThreads, 0, s>>>(loss, m, se, z, tg, rows);
+  check_launch("ce_row_loss");
+}
+void ce_backward(void* dl, St t, const float* lg, const float* m, const float* se, const std::int32_t* tg,
+                 std::int64_t rows, std::int64_t vl, std::int64_t v0, float scale, cudaStream_t s) {
+  DISPATCH(t, T, k_ce_backward<<<blocks_for(rows * vl), kThreads, 0, s>>>(static_cast<T*>(dl), lg, m, se, tg, rows, vl,
+                                                                           v0, scale));
+  check_launch("ce_backward");
+}
+void attn_softmax(void* p, St t, float* lse, const float* S, const std::int32_t* qpos, const std::int32_t* kpos,
+                  std::int64_t hq, std::int64_t tq, std::int64_t tk, cudaStream_t s) {
+  DISPATCH(t, T, k_attn_softmax<<<hq * tq, kThreads, 0, s>>>(static_cast<T*>(p), lse, S, qpos, kpos, hq, tq, tk));
+  check_launch("attn_softmax");
+}
+void attn_probs(void* p, St t, const float* lse, const float* S, const std::int32_t* qpos, const std::int32_t* kpos,
+                std::int64_t hq, std::int64_t tq, std::int64_t tk, cudaStream_t s) {
+  DISPATCH(t, T, k_attn_probs<<<blocks_for(hq * tq * tk), kThreads, 0, s>>>(static_cast<T*>(p), lse, S, qpos, kpos, hq,
+                                                                             tq, tk));
+  check_launch("attn_probs");
+}
+void attn_rowdot(float* D, const void* dout, const void* out, St t, std::int64_t rows, std::int64_t d, cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
+  DISPATCH(t, T, k_attn_rowdot<<<grid, kThreads, 0, s>>>(D, static_cast<const T*>(dout), static_cast<const T*>(out),
+                                                          rows, d));
+  check_launch("attn_rowdot");
+}
+void attn_dsoftmax(void* p, St t, const float* dP, const float* D, std::int64_t hq, std::int64_t tq, std::int64_t tk,
+                   float scale, cudaStream_t s) {
+  DISPATCH(t, T, k_attn_dsoftmax<<<blocks_for(hq * tq * tk), kThreads, 0, s>>>(static_cast<T*>(p), dP, D, hq, tq, tk,
+                                                                                scale));
+  check_launch("attn_dsoftmax");
+}
+void attn_merge(void* out, float* lse, const void* out2, const float* lse2, St t, std::int64_t rows, std::int64_t d,
+                cudaStream_t s) {
+  DISPATCH(t, T, k_attn_merge<<<blocks_for(rows * d), kThreads, 0, s>>>(static_cast<T*>(out), lse,
+                                                                         static_cast<const T*>(out2), lse2, rows, d));
+  k_attn_merge_lse<<<blocks_for(rows), kThreads, 0, s>>>(lse, lse2, rows);
+  check_launch("attn_merge");
+}
+void adamw(const AdamDesc* tensors, int count, St param_t, const AdamScalars& a, cudaStream_t s) {
+  for (int first = 0; first < count; first += kAdamMaxTensors) {
+    AdamArgs args{};
+    args.count = std::min(kAdamMaxTensors, count - first);
+    std::int64_t longest = 0;
+    for (int i = 0; i < args.count; ++i) {
+      args.t[i] = tensors[first + i];
+      longest = std::max(longest, args.t[i].n);
+    }
+    const dim3 grid(std::min<unsigned>(blocks_for(longest), 4096u), static_cast<unsigned>(args.count));
+    DISPATCH(param_t, T, k_adamw<T><<<grid, kThreads, 0, s>>>(args, a));
+  }
+  check_launch("adamw");
+}
+void sum_squares(double* result, double* partial, const float* const* xs, const std::int64_t* ns, int count,
+                 cudaStream_t s) {
+  if (count > kSumSquaresMaxTensors) throw std::invalid_argument("sum_squares: more than 16 tensors in one call");
+  SumArgs args{};
+  args.count = count;
+  for (int i = 0; i < count; ++i) {
+    args.x[i] = xs[i];
+    args.n[i] = ns[i];
+  }
+  k_sum_squares_partial<<<kSumSquaresBlocks, kThreads, 0, s>>>(partial, args);
+  k_sum_doubles<<<1, 1, 0, s>>>(result, partial, kSumSquaresBlocks);
+  check_launch("sum_squares");
+}
+
+}  // namespace meshrun::device::cuda

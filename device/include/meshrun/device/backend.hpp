@@ -1,0 +1,134 @@
+// The kernel backend seam: one interface the single-device model (model.hpp) calls for every layer, with
+// a CPU implementation (the reference kernels of kernels/cpu.hpp, in fp32 or fp64) and a CUDA one
+// (device buffers, one compute stream, cuBLASLt GEMMs and hand-written fused kernels; device/cuda/).
+// Every function has the semantics of its namesake in meshrun/kernels/cpu.hpp (shapes, overwrite vs
+// ACCUMULATE, causal GQA, vocab-shard pieces); only the element types differ, as Precision says.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshrun/kernels/cpu.hpp"
+
+namespace meshrun::device {
+
+enum class DType : std::uint8_t { f32, f64, bf16, i32 };
+const char* dtype_name(DType t);
+std::size_t dtype_size(DType t);
+
+// What a backend stores where (mixed precision). The CPU backend uses one type for everything
+// (training.dtype: fp32 or fp64); the CUDA backend follows training.param_dtype / grad_dtype /
+// optim_dtype: bf16 weights and activations, fp32 gradients, fp32 master weights and Adam moments.
+struct Precision {
+  DType param = DType::f32;   // weights the kernels read, and activations
+  DType stat = DType::f32;    // per-row statistics: RMSNorm rstd, attention lse, cross-entropy pieces, logits
+  DType grad = DType::f32;    // weight gradients (accumulated over micro-batches, reduced, clipped)
+  DType optim = DType::f32;   // master weights and both Adam moments
+  // A separate master copy exists when the kernels' weights are narrower than the optimizer's.
+  bool has_master() const { return param != optim; }
+  static Precision cpu(const std::string& dtype);   // "fp32" | "fp64" (training.dtype)
+  // From the config names; throws std::invalid_argument with one line naming the key and the fix.
+  static Precision cuda(const std::string& param_dtype, const std::string& grad_dtype,
+                        const std::string& optim_dtype);
+};
+
+// A typed view of backend memory (device memory for CUDA). Views into one allocation are plain copies
+// with an offset (at()); only what alloc() returned is released.
+struct Buf {
+  void* p = nullptr;
+  std::int64_t n = 0;
+  DType t = DType::f32;
+  Buf at(std::int64_t offset, std::int64_t count) const {
+    return {static_cast<char*>(p) + offset * static_cast<std::int64_t>(dtype_size(t)), count, t};
+  }
+};
+
+// One flat shard for the multi-tensor AdamW: master (optim dtype) and moments m, v updated in place from
+// grad (grad dtype, times hp.grad_scale); param, when it is not the master itself, receives the rounded
+// copy of the new master.
+struct AdamTensor {
+  Buf master, m, v, grad, param;
+};
+
+using kernels::cpu::AdamW;
+using kernels::cpu::AttentionDims;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Precision precision() const = 0;
+
+  // memory
+  virtual Buf alloc(std::int64_t n, DType t) = 0;
+  virtual void release(Buf& b) = 0;
+  virtual void zero(Buf b) = 0;
+  // host float/double/int32 data in or out, converting to/from the buffer's type (bf16: round to nearest-even)
+  virtual void upload(Buf dst, const float* src) = 0;
+  virtual void upload(Buf dst, const double* src) = 0;
+  virtual void upload(Buf dst, const std::int32_t* src) = 0;
+  virtual void download(double* dst, Buf src) = 0;
+  virtual void copy(Buf dst, Buf src) = 0;   // same n, converting (e.g. fp32 master → bf16 weights)
+  virtual void add(Buf y, Buf x) = 0;        // y += x, same n and type (residual stream)
+  virtual void synchronize() = 0;
+
+  // linear: y[n,out] = x·Wᵀ ; dx = dy·W (overwrite/accumulate) ; dW[out,in] += dyᵀ·x (dW in grad dtype)
+  virtual void linear_forward(Buf y, Buf x, Buf w, std::int64_t n, std::int64_t in, std::int64_t out) = 0;
+  virtual void linear_backward_input(Buf dx, Buf dy, Buf w, std::int64_t n, std::int64_t in, std::int64_t out,
+                                     bool accumulate) = 0;
+  virtual void linear_backward_weight(Buf dw, Buf dy, Buf x, std::int64_t n, std::int64_t in,
+                                      std::int64_t out) = 0;
+  virtual void rmsnorm_forward(Buf y, Buf rstd, Buf x, Buf w, std::int64_t rows, std::int64_t dim, double eps) = 0;
+  // dx (overwrite/accumulate), dw += (grad dtype)
+  virtual void rmsnorm_backward(Buf dx, Buf dw, Buf dy, Buf x, Buf w, Buf rstd, std::int64_t rows,
+                                std::int64_t dim, bool accumulate) = 0;
+  virtual void rope_forward(Buf x, Buf pos, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
+                            double theta) = 0;
+  virtual void rope_backward(Buf dx, Buf pos, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
+                             double theta) = 0;
+  virtual void attention_forward(Buf out, Buf lse, Buf q, Buf k, Buf v, Buf qpos, Buf kpos,
+                                 const AttentionDims& dims, double scale) = 0;
+  virtual void attention_merge(Buf out, Buf lse, Buf out2, Buf lse2, std::int64_t rows, std::int64_t d) = 0;
+  virtual void attention_backward(Buf dq, Buf dk, Buf dv, Buf dout, Buf out, Buf lse, Buf q, Buf k, Buf v,
+                                  Buf qpos, Buf kpos, const AttentionDims& dims, double scale) = 0;
+  virtual void swiglu_forward(Buf h, Buf gate, Buf up, std::int64_t n) = 0;
+  virtual void swiglu_backward(Buf dgate, Buf dup, Buf dh, Buf gate, Buf up, std::int64_t n) = 0;
+  virtual void embedding_forward(Buf out, Buf table, Buf ids, std::int64_t n, std::int64_t dim, std::int64_t v0,
+                                 std::int64_t vl) = 0;
+  virtual void embedding_backward(Buf dtable, Buf dout, Buf ids, std::int64_t n, std::int64_t dim,
+                                  std::int64_t v0, std::int64_t vl) = 0;
+  // vocab-parallel cross-entropy pieces (cpu.hpp); logits and the row statistics are in the stat dtype
+  virtual void ce_row_max(Buf row_max, Buf logits, std::int64_t rows, std::int64_t vl) = 0;
+  virtual void ce_row_sumexp(Buf sumexp, Buf logits, Buf row_max, std::int64_t rows, std::int64_t vl) = 0;
+  virtual void ce_target_logit(Buf tgt, Buf logits, Buf targets, std::int64_t rows, std::int64_t vl,
+                               std::int64_t v0) = 0;
+  virtual void ce_row_loss(Buf loss, Buf row_max, Buf sumexp, Buf tgt, Buf targets, std::int64_t rows) = 0;
+  // dlogits (param dtype, feeds the lm_head GEMMs) from logits (stat dtype)
+  virtual void ce_backward(Buf dlogits, Buf logits, Buf row_max, Buf sumexp, Buf targets, std::int64_t rows,
+                           std::int64_t vl, std::int64_t v0, double scale) = 0;
+  virtual void adamw(std::span<const AdamTensor> tensors, const AdamW& hp) = 0;
+  virtual double sum_squares(std::span<const Buf> xs) = 0;   // Σ over all tensors, in double on the host
+
+  // Time spent per kernel kind so far (ms; CUDA: CUDA events on the compute stream), largest first.
+  virtual std::vector<std::pair<std::string, double>> kernel_times() { return {}; }
+  // One line on memory use (CUDA: device memory in use and total), "" where there is nothing to say.
+  virtual std::string memory_report() { return ""; }
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const std::string& dtype);   // training.dtype
+
+// CUDA: whether this build has the backend, how many devices are visible (0 with the runtime's reason),
+// and the backend on device `device` (an index among the visible ones).
+bool cuda_compiled();
+int cuda_device_count(std::string* why);
+std::unique_ptr<Backend> make_cuda_backend(const Precision& p, int device);
+
+// The device index a task uses: MESHRUN_CUDA_DEVICE (set by the launcher: the task's index in
+// CUDA_VISIBLE_DEVICES) or 0. Throws std::invalid_argument with one line when it is not an index below
+// `visible`.
+int task_cuda_device(int visible);
+
+}  // namespace meshrun::device

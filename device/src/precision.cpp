@@ -1,0 +1,65 @@
+// DType names/sizes, Precision from the config keys, and the task's device index.
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "meshrun/device/backend.hpp"
+
+namespace meshrun::device {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "fp32";
+    case DType::f64: return "fp64";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "int32";
+  }
+  return "?";
+}
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    default: return 4;
+  }
+}
+
+Precision Precision::cpu(const std::string& dtype) {
+  if (dtype != "fp32" && dtype != "fp64")
+    throw std::invalid_argument("training.dtype='" + dtype + "': the CPU backend computes in fp32 or fp64");
+  DType t = dtype == "fp64" ? DType::f64 : DType::f32;
+  return {t, t, t, t};
+}
+
+Precision Precision::cuda(const std::string& param, const std::string& grad, const std::string& optim) {
+  // What the CUDA kernels implement; fp16 (loss scaling) and fp8 (scaling recipes) are not built.
+  if (param != "bf16" && param != "fp32")
+    throw std::invalid_argument("training.param_dtype='" + param +
+                                "' is not supported by the CUDA backend; use bf16 (or fp32)");
+  if (grad != "fp32")
+    throw std::invalid_argument("training.grad_dtype='" + grad +
+                                "' is not supported by the CUDA backend; use fp32 (gradients are reduced in fp32)");
+  if (optim != "fp32")
+    throw std::invalid_argument("training.optim_dtype='" + optim +
+                                "' is not supported by the CUDA backend; use fp32 (master weights and Adam moments)");
+  Precision p;
+  p.param = param == "bf16" ? DType::bf16 : DType::f32;
+  p.stat = DType::f32;
+  p.grad = DType::f32;
+  p.optim = DType::f32;
+  return p;
+}
+
+int task_cuda_device(int visible) {
+  const char* env = std::getenv("MESHRUN_CUDA_DEVICE");
+  if (!env || !*env) return 0;
+  char* end = nullptr;
+  long d = std::strtol(env, &end, 10);
+  if (*end != '\0' || d < 0 || d >= visible)
+    throw std::invalid_argument("MESHRUN_CUDA_DEVICE='" + std::string(env) + "' is not a device index below " +
+                                std::to_string(visible) + " (the visible CUDA devices); unset it or fix CUDA_VISIBLE_DEVICES");
+  return static_cast<int>(d);
+}
+
+}  // namespace meshrun::device

@@ -1,0 +1,143 @@
+// meshrun-gpu-check: the one-GPU device check of docs/gpu.md. (a) every CUDA kernel against its CPU twin,
+// (b) the tiny model's first losses on the GPU (bf16) against the CPU fp32 run, (c) throughput and MFU of
+// a ~1B-parameter Llama-style model in bf16, with per-kernel-kind CUDA-event times.
+// Exit 0 when every check passed, 1 when one failed, 2 for bad arguments or no usable GPU.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+
+#include "meshrun/device/check.hpp"
+
+namespace mg = meshrun::device;
+
+namespace {
+
+void print_model(const char* what, const mg::ModelConfig& c) {
+  std::printf("%s: vocab %lld, hidden %lld, layers %lld, heads %lld/%lld kv, ffn %lld, seq %lld, batch %lld: "
+              "%.3fB parameters (%.3fB in matmuls), %.4g FLOP/step\n",
+              what, (long long)c.vocab, (long long)c.hidden, (long long)c.layers, (long long)c.heads,
+              (long long)c.kv_heads, (long long)c.ffn, (long long)c.seq, (long long)c.batch, mg::param_count(c) / 1e9,
+              mg::matmul_param_count(c) / 1e9, mg::train_flops_per_step(c));
+}
+
+bool run_kernels(mg::Backend& gpu) {
+  auto cpu = mg::make_cpu_backend("fp32");
+  const double bound = mg::kernel_bound(gpu.precision());
+  std::printf("== kernels: %s vs %s, bound ||gpu - cpu||_2 / ||cpu||_2 <= %g\n", gpu.name().c_str(),
+              cpu->name().c_str(), bound);
+  bool ok = true;
+  for (const mg::KernelResult& r : mg::compare_kernels(gpu, *cpu, bound)) {
+    std::printf("  %-48s max_abs %.3e  rel %.3e  %s\n", r.name.c_str(), r.max_abs, r.rel, r.pass() ? "PASS" : "FAIL");
+    ok = ok && r.pass();
+  }
+  return ok;
+}
+
+bool run_tiny(mg::Backend& gpu, int steps) {
+  const mg::ModelConfig c = mg::tiny_model();
+  print_model("== tiny model", c);
+  auto cpu = mg::make_cpu_backend("fp32");
+  const std::vector<double> a = mg::train_losses(gpu, c, steps), b = mg::train_losses(*cpu, c, steps);
+  bool ok = true;
+  for (int s = 0; s < steps; ++s) {
+    const double rel = std::abs(a[s] - b[s]) / std::abs(b[s]);
+    const bool pass = rel <= 1e-2;
+    std::printf("  step %2d  loss gpu %.6f  cpu-fp32 %.6f  rel %.3e  %s\n", s + 1, a[s], b[s], rel,
+                pass ? "PASS" : "FAIL");
+    ok = ok && pass;
+  }
+  return ok;
+}
+
+void run_perf(mg::Backend& gpu, const mg::CheckOptions& o) {
+  const mg::ModelConfig& c = o.perf_model;
+  print_model("== perf model", c);
+  mg::Model m(gpu, c, 3);
+  const mg::AdamW hp{3e-4, 0.9, 0.95, 1e-8, 0.1};
+  double loss = 0;
+  auto step = [&](int s) {
+    const std::vector<std::int32_t> tok = mg::synthetic_batch(c, s, 11);
+    loss = m.forward_backward(tok.data());   // waits for the loss: one host sync per step
+    m.step(hp, 1.0);
+  };
+  for (int s = 0; s < o.perf_warmup; ++s) step(s);
+  gpu.synchronize();
+  const auto base = gpu.kernel_times();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < o.perf_steps; ++s) step(o.perf_warmup + s);
+  gpu.synchronize();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double flops = mg::train_flops_per_step(c) * o.perf_steps;
+  const double tflops = flops / sec / 1e12;
+  std::printf("  FLOP formula: %s\n", mg::kFlopFormula);
+  std::printf("  %d steps in %.3f s: %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of %.0f dense bf16 TFLOP/s; last loss %.4f\n",
+              o.perf_steps, sec, double(c.tokens()) * o.perf_steps / sec, tflops, 100.0 * tflops / o.peak_tflops,
+              o.peak_tflops, loss);
+  std::printf("  %s\n", gpu.memory_report().c_str());
+  std::printf("  CUDA-event time per kernel kind over the timed steps (ms, share of wall time):\n");
+  for (const auto& [kind, ms] : gpu.kernel_times()) {
+    double before = 0;
+    for (const auto& [k0, ms0] : base)
+      if (k0 == kind) before = ms0;
+    std::printf("    %-24s %10.1f  %5.1f%%\n", kind.c_str(), ms - before, 100.0 * (ms - before) / (1e3 * sec));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mg::CheckOptions o;
+  try {
+    o = mg::parse_check_args(argc, argv);
+    if (std::string p = o.perf_model.problem(); !p.empty()) throw std::invalid_argument("perf model: " + p);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "meshrun-gpu-check: %s\n", e.what());
+    return 2;
+  }
+  if (o.help) {
+    std::printf("%s\n", mg::kCheckUsage);
+    return 0;
+  }
+  if (o.dry_run) {
+    print_model("tiny model", mg::tiny_model());
+    print_model("perf model", o.perf_model);
+    std::printf("FLOP formula: %s\n", mg::kFlopFormula);
+    std::printf("parts: kernels %s, tiny %s (%d steps), perf %s (%d steps after %d warm-up)\n", o.kernels ? "yes" : "no",
+                o.tiny ? "yes" : "no", o.tiny_steps, o.perf ? "yes" : "no", o.perf_steps, o.perf_warmup);
+    return 0;
+  }
+  std::string why;
+  const int visible = mg::cuda_device_count(&why);
+  if (visible == 0) {
+    std::fprintf(stderr, "meshrun-gpu-check: no CUDA device: %s\n", why.c_str());
+    return 2;
+  }
+  std::unique_ptr<mg::Backend> gpu;
+  try {
+    gpu = mg::make_cuda_backend(mg::Precision::cuda("bf16", "fp32", "fp32"), mg::task_cuda_device(visible));
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "meshrun-gpu-check: %s\n", e.what());
+    return 2;
+  }
+  std::printf("device: %s\n", gpu->name().c_str());
+  // Each part reports its own error and the next one still runs: one short GPU lease should show them all.
+  bool ok = true;
+  auto part = [&](const char* name, auto&& body) {
+    try {
+      ok = body() && ok;
+    } catch (const std::exception& e) {
+      std::printf("  %s: ERROR %s\n", name, e.what());
+      ok = false;
+    }
+  };
+  if (o.kernels) part("kernels", [&] { return run_kernels(*gpu); });
+  if (o.tiny) part("tiny", [&] { return run_tiny(*gpu, o.tiny_steps); });
+  if (o.perf) part("perf", [&] {
+    run_perf(*gpu, o);
+    return true;
+  });
+  std::printf("meshrun-gpu-check: %s\n", ok ? "all checks passed" : "a check FAILED");
+  return ok ? 0 : 1;
+}

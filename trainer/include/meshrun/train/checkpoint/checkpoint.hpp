@@ -1,0 +1,107 @@
+// Sharded, atomic, resumable checkpoints (docs/trainer.md, "Checkpoints").
+//
+// A checkpoint is a directory DIR/step-N/ holding one safetensors shard per rank (rank-RRRRR.safetensors:
+// what that rank holds — its ZeRO shard region of its TP block of its pipeline units: parameters and both
+// AdamW moments, as 1-D pieces) and manifest.json (format version, step, consumed samples, layout, the
+// model/training/data settings that must match, every tensor's global shape, and for every shard file
+// the global slice and a 64-bit hash of each piece). No rank gathers the model.
+//
+// Commit protocol: rank 0 creates step-N.tmp/; every rank writes and fsyncs its shard; the pieces'
+// descriptions are gathered to rank 0, which writes and fsyncs the manifest and the directory, renames
+// step-N.tmp → step-N, fsyncs DIR, writes DIR/latest.tmp ("step-N"), fsyncs it and renames it to
+// DIR/latest, then removes complete checkpoints beyond checkpoint.keep; a final barrier. A crash at any
+// point leaves `latest` naming the previous complete checkpoint; *.tmp directories are never read.
+//
+// Loading remaps slices through the manifest: any layout of the same model (tp, pp with any chunking, dp,
+// ZeRO stage) reads exactly the elements of its own blocks. Loading does no communication; a problem is a
+// CheckpointError (one line naming the file and the tensor or setting) on the ranks that found it.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshrun/job.hpp"
+#include "meshrun/train/run/trainer.hpp"
+
+namespace meshrun::train {
+
+struct CheckpointError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr int kCheckpointFormatVersion = 1;
+// Exit status of every rank after a signal-driven stop whose checkpoint was committed (EX_TEMPFAIL).
+inline constexpr int kPreemptedExitCode = 75;
+
+struct SaveResult {
+  int step = 0;
+  std::string path;                 // DIR/step-N
+  std::int64_t bytes_rank = 0;      // this rank's shard file
+  std::int64_t bytes_total = 0;     // every shard + the manifest (rank 0; 0 elsewhere)
+  int files = 0;                    // shard files
+  double seconds = 0;               // wall time of the whole collective save
+  std::vector<std::string> removed; // older checkpoints removed by checkpoint.keep (rank 0)
+};
+
+// What a checkpoint directory says about itself (manifest.json), without reading shards.
+struct CheckpointInfo {
+  std::string path;  // DIR/step-N
+  int step = 0;
+  std::int64_t consumed_samples = 0;
+  std::string dtype;  // "F32" / "F64"
+  Layout layout;
+  std::string layout_text;  // "tp=2 cp=1 pp=1 dp=2 ep=1 virtual_stages=1 zero=1 sp=off order=tp-cp-ep-dp-pp"
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> tensors;  // name, global shape
+  int files = 0;
+};
+
+// Test hook for crash safety: MESHRUN_CKPT_KILL="STEP:RANK:POINT[:K]" makes rank RANK raise SIGKILL during
+// the save of step STEP at its K-th (default 1st) crash point named POINT, after printing one line to
+// stderr. Points: shard (after each piece is written), shard-fsync, gathered, manifest (half written),
+// manifest-fsync, renamed, latest-tmp, latest, pruned. Unset: no effect. MESHRUN_CKPT_FAIL (same syntax)
+// raises a CheckpointError there instead, as a failed write would (points up to latest-tmp).
+std::vector<std::string> crash_point_names();
+
+// Collective over the trainer's world: writes DIR/step-N as described above and keeps the newest `keep`
+// complete checkpoints. If any rank fails to write, nothing is committed and every rank throws a
+// CheckpointError (the failing rank's message, or that another rank failed). data_tokens: the token
+// file's length, recorded so that a resume on other data is refused (< 0: not recorded).
+template <class T>
+SaveResult save_checkpoint(Trainer<T>& trainer, const std::string& dir, int step, int keep, std::int64_t data_tokens);
+
+// The committed checkpoint DIR/latest names ("" when DIR has no `latest`). A `latest` that names a missing
+// or incomplete directory is a CheckpointError.
+std::string latest_checkpoint(const std::string& dir);
+
+// Reads DIR/step-N/manifest.json (CheckpointError naming the file and field on a malformed manifest).
+CheckpointInfo read_checkpoint_info(const std::string& path);
+
+// Loads parameters and AdamW moments of the units this rank holds from a checkpoint directory, after
+// checking the manifest against the trainer's configuration (model, training schedule and optimizer,
+// dtype, data) and every shard piece it reads (file size, header, dtype, shape, hash). Returns the saved
+// step (the number of completed steps). No communication; throws CheckpointError on this rank only.
+// data_tokens: the token file's length, checked against the manifest's (< 0: not checked).
+template <class T>
+int load_checkpoint(Trainer<T>& trainer, const std::string& path, std::int64_t data_tokens);
+
+// Status file written by rank 0 into checkpoint.dir (DIR/status) after a stop, read by the batch script:
+// one line "saved STEP SIGNAL", "finished STEP" or "not-saved STEP REASON...". Atomic (temp + rename).
+void write_status_file(const std::string& dir, const std::string& line);
+std::string status_file_path(const std::string& dir);
+
+// One tensor of a checkpoint in its global shape, read from the shards that hold it (rank-agnostic; used
+// by the export and inspect tools and the tests). kind: "param", "exp_avg", "exp_avg_sq".
+template <class T>
+std::vector<T> read_global_tensor(const std::string& path, const std::string& name, const std::string& kind);
+
+// Reads every piece of every shard (file size, header, dtype, shape, hash) and checks that every element of
+// every tensor and moment is held once; returns the number of pieces. CheckpointError naming file and tensor.
+std::int64_t verify_checkpoint(const std::string& path);
+
+// Consolidates a checkpoint's parameters into one safetensors file with the Hugging Face names (the
+// checkpoint's dtype), streaming: one tensor in memory at a time. Written to OUT.tmp, fsynced, renamed.
+// Returns the bytes written.
+std::int64_t export_checkpoint(const std::string& path, const std::string& out);
+
+}  // namespace meshrun::train

@@ -1,0 +1,126 @@
+// The Llama model's units as stateless functions over flat buffers (llm.c style): the embedding, the
+// decoder layer and the head (final norm, lm_head, vocab-parallel cross-entropy), each with a forward,
+// a backward for the input gradient (B) and a backward for the weight gradient (W). B saves in the
+// activation views exactly what W reads, so a pipeline schedule may run W later (zero-bubble) or right
+// after B (fused BW) with identical numbers. Weights and gradients are the unit's flat buffer and its
+// tensor table (offsets from params.hpp); activations are views into a stage's slot; all
+// tensor-parallel communication goes through TensorParallel.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "meshrun/geometry.hpp"
+#include "meshrun/job.hpp"
+#include "meshrun/train/parallel/context_parallel.hpp"
+#include "meshrun/train/parallel/moe.hpp"
+#include "meshrun/train/model/params.hpp"
+#include "meshrun/train/parallel/tensor_parallel.hpp"
+
+namespace meshrun::train {
+
+// One rank's share of one micro-batch.
+struct LayerDims {
+  std::int64_t n = 0, nl = 0;      // rows of the micro-batch; rows kept in the residual stream (SP: n / tp)
+  std::int64_t seq = 0, mbs = 0;   // tokens per sequence on this rank (S / cp); sequences per micro-batch
+  std::int64_t h = 0, dh = 0;      // hidden size, head dimension
+  std::int64_t hq = 0, hkv = 0;    // local query / key-value heads
+  std::int64_t ffn = 0;            // local MLP width (0 in a mixture-of-experts layer: see ExpertParallel)
+  std::int64_t vl = 0, v0 = 0;     // local vocabulary rows and the first one
+  double rope_theta = 0, norm_eps = 0;
+  static LayerDims make(const ModelSpec& m, const BatchGeometry& g, int tp, int tp_rank);
+};
+
+// Hands out consecutive views of one flat buffer; with a null base it only counts (sizing pass).
+template <class T>
+struct Carver {
+  T* base = nullptr;
+  std::int64_t used = 0;
+  T* take(std::int64_t n) {
+    T* p = base ? base + used : nullptr;
+    used += n;
+    return p;
+  }
+};
+
+// What a decoder layer keeps of one micro-batch between its forward, B and W.
+template <class T>
+struct DecoderActs {
+  // forward
+  T *x_in, *rstd1, *xn1, *q, *k, *v, *att, *lse, *x2, *rstd2, *xn2, *gate, *up, *hact;
+  // B, for W: gathered output gradients of the two row-parallel projections, the MLP gate/up gradients,
+  // q/k/v gradients after RoPE, and the gradients at the two norms' outputs.
+  T *dmlp, *dgate, *dup, *dattn, *dq, *dk, *dv, *dxn2, *dxn1;
+  // The two parts live in different buffers: the forward part from F until W, the backward part only
+  // from B until W (a schedule that runs W right after B needs one of those at a time).
+  void carve_forward(Carver<T>& c, const LayerDims& d);
+  void carve_backward(Carver<T>& c, const LayerDims& d);
+};
+
+template <class T>
+struct HeadActs {
+  T *xf_in, *rstd, *xf, *logits, *ce_max, *ce_sum, *ce_tgt, *ce_loss;  // logits become dlogits in B
+  T* dxf;  // backward part
+  void carve_forward(Carver<T>& c, const LayerDims& d);
+  void carve_backward(Carver<T>& c, const LayerDims& d);
+};
+
+// Scratch shared by every unit of a rank (nothing in it lives from one call to the next).
+template <class T>
+struct LayerWorkspace {
+  std::vector<T> nh, nh_full, ff, att, xn_full, moe_scratch;
+  void resize(const LayerDims& d, bool sequence_parallel);
+  std::int64_t bytes() const;
+};
+
+// ---- embedding (vocab-parallel) --------------------------------------------------------------------
+// x[nl, h] = this rank's rows of the embedded ids[n].
+template <class T>
+void embedding_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
+                       const std::int32_t* ids, T* x, LayerWorkspace<T>& ws);
+// dw += the table gradient from the gradient at the embedding's output dx[nl, h].
+template <class T>
+void embedding_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts,
+                               T* dw, const std::int32_t* ids, const T* dx, LayerWorkspace<T>& ws);
+
+// ---- decoder layer -----------------------------------------------------------------------------------
+// What a mixture-of-experts decoder layer gets besides its own unit (null for a dense layer): the EP
+// module, its activations of this micro-batch and its local experts' units (moe.hpp).
+template <class T>
+struct MoeLayer {
+  const ExpertParallel* ep = nullptr;
+  int layer = 0;
+  MoeActs<T>* acts = nullptr;
+  const std::vector<TensorSlot>* ets = nullptr;  // an expert unit's tensors (the same offsets for every expert)
+  std::vector<const T*> experts;                 // local experts' parameters (forward, B)
+};
+
+// x[nl, h] in place: input -> output. pos[n]: global positions of the rows. Attention goes through the
+// context-parallel module (plain causal attention when cp = 1).
+template <class T>
+void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
+                     const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* x, const std::int32_t* pos,
+                     LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
+// dy[nl, h] in place: gradient at the output -> gradient at the input.
+template <class T>
+void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
+                            const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* dy,
+                            const std::int32_t* pos, LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
+template <class T>
+void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
+                             DecoderActs<T>& a, LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
+
+// ---- head: final norm, lm_head, cross-entropy --------------------------------------------------------
+// Returns Σ over the micro-batch's rows of the cross-entropy (double, rows in order).
+template <class T>
+double head_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
+                    HeadActs<T>& a, const T* x, const std::int32_t* targets, LayerWorkspace<T>& ws);
+// dx[nl, h] = gradient of loss_scale · Σ CE at the head's input.
+template <class T>
+void head_backward_input(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
+                         HeadActs<T>& a, const std::int32_t* targets, double loss_scale, T* dx,
+                         LayerWorkspace<T>& ws);
+template <class T>
+void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
+                          HeadActs<T>& a, LayerWorkspace<T>& ws);
+
+}  // namespace meshrun::train

@@ -1,0 +1,89 @@
+// Mixture of experts with expert parallelism (parallelism.md, EP), the module the MoE decoder layer calls
+// for its MLP and nothing else: the router (linear h -> E, softmax, top-k with ties broken by expert
+// index, the selected weights renormalised to sum to 1), the dropless dispatch over the EP group (local
+// assignments sorted by expert, per-expert counts exchanged with an all-to-all, then the token rows with an
+// all-to-all with counts), every local expert's SwiGLU on exactly its rows (the linear kernels on row
+// segments: a grouped GEMM without padding or capacity), the results sent back and combined with the
+// routing weights; the backward runs the same path in reverse. The load-balancing loss E·Σᵢ fᵢ·Pᵢ per
+// layer and micro-batch is computed over the whole micro-batch: its statistics are summed over the CP
+// group, and every TP rank routes all n rows (gathered under sequence parallelism), so every layout
+// computes the same number.
+//
+// Tensor parallelism inside the experts follows mesh's expert grid (ETP = TP): w1/w3 rows and w2 columns
+// are split; the expert outputs (and input gradients) are all-reduced over TP right after the experts, so
+// everything the router and the combine see is complete on every TP rank.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/model/params.hpp"
+#include "meshrun/train/parallel/tensor_parallel.hpp"
+
+namespace meshrun::train {
+
+// Per-step statistics of this rank (reset by the trainer each step).
+struct MoeStats {
+  std::vector<double> aux;                 // [layers]: Σ over its micro-batches (in order) of coef/M · E·Σ f·P
+  std::vector<std::int64_t> expert_tokens; // [layers · E]: assignments per expert, summed over micro-batches
+  std::int64_t a2a_bytes = 0;              // token bytes this rank sent to other EP ranks (all four exchanges)
+  void reset(int layers, int experts) {
+    aux.assign(static_cast<std::size_t>(layers), 0.0);
+    a2a_bytes = 0;
+    expert_tokens.assign(static_cast<std::size_t>(layers) * experts, 0);
+  }
+};
+
+struct ExpertParallel {
+  Comm* ep = nullptr;  // the EP group: ranks of one pipeline stage and TP rank holding different experts
+  Comm* cp = nullptr;  // the CP group: the load-balancing statistics span every CP shard of a sequence
+  int experts = 0, top_k = 0;
+  int local = 0;            // experts per EP rank (experts / ep)
+  std::int64_t ffn = 0;     // local expert width (moe_ffn / tp)
+  std::int64_t tokens = 0;  // T: tokens of one micro-batch over all CP shards (micro_batch_size · seq_len)
+  double aux_coef = 0;      // router_aux_loss_coef / micro-batches per step (the mean over micro-batches)
+  MoeStats* stats = nullptr;
+  // Faults the equivalence tests inject (never set outside tests).
+  bool fault_drop_token = false;   // the first routed assignment of each micro-batch is not dispatched
+  bool fault_wrong_rank = false;   // one assignment goes to the next EP rank's first expert
+  int first_local() const { return ep->rank() * local; }
+};
+
+// What an MoE layer keeps of one micro-batch (sizes vary with the routing: plain vectors).
+template <class T>
+struct MoeActs {
+  // forward
+  std::vector<T> probs;                  // [n, E]; becomes dlogits in B
+  std::vector<std::int32_t> sel;         // [n, k] selected experts
+  std::vector<T> wts;                    // [n, k] renormalised routing weights
+  std::vector<std::int64_t> slot_of;     // [n·k] row of each assignment in the send order, -1 if dropped
+  std::vector<std::int64_t> send_rows, recv_rows;  // per EP rank
+  std::vector<std::int64_t> recv_counts;           // [ep · local]: rows from source s for local expert j
+  std::vector<T> aux_grad;               // [E]: ∂aux/∂p(r, i), the same for every row
+  std::vector<T> xin, gate, up, hact;    // received rows [R, h], expert activations [R, f]
+  std::vector<T> ret;                    // expert outputs back in send order [sent, h]
+  // backward (B for W)
+  std::vector<T> dout, dgate, dup;       // [R, h], [R, f]
+  std::int64_t bytes() const;
+};
+
+// xn[nl, h] (this rank's rows of the normed input) -> out[nl, h]. experts[j]: local expert j's unit.
+template <class T>
+void moe_forward(const ExpertParallel& ep, const TensorParallel& tp, int layer, const std::vector<TensorSlot>& ts,
+                 const T* w, const std::vector<const T*>& experts, const std::vector<TensorSlot>& ets, MoeActs<T>& a,
+                 const T* xn, T* out, std::vector<T>& xn_full, std::vector<T>& y_full);
+// dy_full[n, h] (gradient at the output, all rows) -> dxn[nl, h] (at the normed input, this rank's rows).
+template <class T>
+void moe_backward_input(const ExpertParallel& ep, const TensorParallel& tp, const std::vector<TensorSlot>& ts,
+                        const T* w, const std::vector<const T*>& experts, const std::vector<TensorSlot>& ets,
+                        MoeActs<T>& a, const T* dy_full, T* dxn, std::vector<T>& scratch);
+// Router gradient into dw (the layer unit's buffer). xn_full: all normed rows [n, h].
+template <class T>
+void moe_router_backward_weight(const ExpertParallel& ep, const std::vector<TensorSlot>& ts, T* dw, MoeActs<T>& a,
+                                const T* xn_full, std::int64_t n, std::int64_t h);
+// Local expert j's gradient into de (its unit's buffer): every source's segment in source order.
+template <class T>
+void moe_expert_backward_weight(const ExpertParallel& ep, int j, T* de, const std::vector<TensorSlot>& ets,
+                                MoeActs<T>& a, std::int64_t h);
+
+}  // namespace meshrun::train

@@ -1,0 +1,54 @@
+// The pipeline runtime: executes one pipeline rank's action list (meshrun/schedule.hpp) over the stages
+// it holds. Nothing else decides the order of forwards, backwards and transfers. Sends are non-blocking
+// and held by the sending slot until it is freed; a receive blocks, and the time spent blocked is what
+// the runtime reports as waiting (the measured bubble).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "meshrun/schedule.hpp"
+#include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/parallel/stage.hpp"
+
+namespace meshrun::train {
+
+struct PipelineTiming {
+  double wait_s = 0;                 // blocked in receives
+  double f_s = 0, b_s = 0, w_s = 0;  // inside forwards, input backwards (and fused BW), weight backwards
+  int f = 0, b = 0, w = 0;           // how many of each ran
+  double total_s = 0;                // the whole action list
+  // Per chunk (index = chunk; zero for chunks on other ranks): time in its F, B and W, for the simulator.
+  std::vector<double> chunk_f_s, chunk_b_s, chunk_w_s;
+  double compute_s() const { return f_s + b_s + w_s; }
+};
+
+// Tag of a transfer: from (activation or gradient, micro-batch, producing chunk), so matching does not
+// depend on posting order. Throws with a message when it exceeds the communicator's tag range.
+int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Comm& pp);
+
+template <class T>
+class PipelineRuntime {
+ public:
+  // stages[c]: the stage of chunk c if this rank holds it, else nullptr. pp: the pipeline group, whose
+  // rank r is pipeline rank r; prev/next: this rank's ring neighbours in it (from mesh's
+  // RankGrid::ring_peers): activations go to next and come from prev, gradients the other way, and a
+  // table whose peer says otherwise is refused. load(mb, ids, targets): the micro-batch's tokens
+  // (chunk 0 and last).
+  using Loader = std::function<void(int mb, std::int32_t* ids, std::int32_t* targets)>;
+  PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype);
+
+  // Runs `actions`; returns each micro-batch's Σ cross-entropy (non-zero on the last chunk's rank only).
+  std::vector<double> run(const std::vector<Action>& actions, int microbatches, const Loader& load,
+                          double loss_scale, PipelineTiming* timing);
+
+ private:
+  Stage<T>& stage(int chunk, const Action& a);
+  int peer(const Action& a, int expected) const;
+  std::vector<Stage<T>*> stages_;
+  Comm& pp_;
+  int prev_, next_;
+  DType dtype_;
+};
+
+}  // namespace meshrun::train

@@ -1,0 +1,105 @@
+// A pipeline stage: one chunk of the model (a contiguous range of units: the embedding on chunk 0, then
+// its decoder layers, the head on the last chunk) and one activation slot per micro-batch in flight.
+// The runtime (pipeline.hpp) calls forward, backward_input (B) and backward_weight (W) per micro-batch in
+// the order of the schedule table; a slot is taken at a micro-batch's first use on this chunk and given
+// back once its W is done and its input gradient has been handed to a send (chunks after the first);
+// a freed slot's sends complete before it is used again, and all of them at finish().
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/model/layers.hpp"
+#include "meshrun/train/model/params.hpp"
+#include "meshrun/train/parallel/zero.hpp"
+
+namespace meshrun::train {
+
+// The units of each of the pp·V chunks, from mesh's chunk_layers (layers per chunk).
+struct ChunkUnits {
+  int chunk = 0;
+  std::vector<int> units;  // unit indices of the parameter table, in forward order
+  bool first = false, last = false;
+};
+std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<int>& layers_per_chunk);
+
+template <class T>
+class Stage {
+ public:
+  // pos: global positions of the micro-batch's rows [n] (sequences back to back).
+  Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
+        const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos,
+        const ExpertParallel* ep = nullptr);  // ep: mixture-of-experts layers (nullptr: dense)
+
+  const ChunkUnits& units() const { return units_; }
+  // Buffers of micro-batch mb's slot (taken on first use):
+  T* activation(int mb);           // [nl, h]: the chunk's input (received), the output after forward (sent)
+  T* gradient(int mb);             // [nl, h]: at the output before B (received), at the input after B (sent)
+  std::int32_t* ids(int mb);       // [n], read by chunk 0
+  std::int32_t* targets(int mb);   // [n], read by the last chunk
+  std::int64_t rows_times_hidden() const { return dims_.nl * dims_.h; }
+
+  double forward(int mb);          // Σ cross-entropy of the micro-batch on the last chunk, else 0
+  void backward_input(int mb, double loss_scale);
+  void backward_weight(int mb);    // gradients into the store; frees the slot
+  void backward_fused(int mb, double loss_scale);  // BW: B and W unit by unit, same numbers as B then W
+  // A send from this slot (of its input gradient when `gradient`), completed before the slot is reused.
+  void hold(int mb, Request send, bool gradient);
+  void discard(int mb);            // forward only (evaluation): free the slot without a backward
+  void finish();                   // completes every pending send (end of a step)
+
+  int live_slots() const { return static_cast<int>(live_.size()); }
+  int peak_slots() const { return static_cast<int>(slots_.size()); }
+  // Bytes of every buffer allocated so far: activation slots (F until W) and backward buffers (B until W:
+  // one when every W follows its B, more when a schedule defers W).
+  std::int64_t allocated_bytes() const;
+
+ private:
+  struct GradBuffer {
+    std::vector<T> flat;
+    bool free = true;
+  };
+  struct Slot {
+    std::vector<T> flat;
+    GradBuffer* grads = nullptr;  // taken at B, given back at W
+    std::vector<std::int32_t> ids, targets;
+    T *x = nullptr, *dy = nullptr;
+    std::vector<DecoderActs<T>> layers;
+    std::vector<MoeActs<T>> moe;  // per decoder layer of a mixture-of-experts model
+    HeadActs<T> head{};
+    std::vector<Request> sends;
+    bool free = true, weights_done = false, gradient_sent = false;
+  };
+  Slot& slot(int mb);
+  Slot& live(int mb, const char* what);
+  void release_if_done(int mb, Slot& s);
+  void carve(Slot& s);
+  void carve_backward(Slot& s);
+  void unit_backward_input(Slot& s, int unit, int layer, double loss_scale);
+  void unit_backward_weight(Slot& s, int unit, int layer);
+  template <class F> void for_units_reversed(F&& f);
+  // The MoE arguments of decoder unit u (its local experts acquired when `acquire`), or nullptr if dense.
+  MoeLayer<T>* moe_layer(Slot& s, int u, int layer, bool acquire);
+  void release_experts(int u);
+
+  ChunkUnits units_;
+  LayerDims dims_;
+  TensorParallel tp_;
+  ContextParallel<T>& cp_;
+  const ParamTable& table_;
+  ParamStore<T>& store_;
+  LayerWorkspace<T>& ws_;
+  const std::vector<std::int32_t>& pos_;
+  const ExpertParallel* ep_ = nullptr;
+  MoeLayer<T> moe_args_;
+  int layer_count_ = 0;
+  std::int64_t slot_elems_ = 0, grad_elems_ = 0;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<GradBuffer>> grad_buffers_;
+  std::vector<T> unit_grads_;  // one unit's backward part, for fused backwards
+  std::map<int, Slot*> live_;
+};
+
+}  // namespace meshrun::train

@@ -1,0 +1,121 @@
+#include "meshrun/train/parallel/pipeline.hpp"
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace meshrun::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Comm& pp) {
+  const std::int64_t tag = (static_cast<std::int64_t>(microbatch) * chunks + chunk) * 2 + (gradient ? 1 : 0);
+  if (tag > pp.max_tag())
+    throw std::runtime_error("pipeline: " + std::to_string(microbatch + 1) + " micro-batches × " +
+                             std::to_string(chunks) + " chunks need message tags up to " + std::to_string(tag) +
+                             ", above this MPI's limit " + std::to_string(pp.max_tag()) +
+                             "; use fewer micro-batches per step (a larger micro_batch_size)");
+  return static_cast<int>(tag);
+}
+
+template <class T>
+PipelineRuntime<T>::PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype)
+    : stages_(std::move(stages)), pp_(pp), prev_(prev), next_(next), dtype_(dtype) {}
+
+template <class T>
+int PipelineRuntime<T>::peer(const Action& a, int expected) const {
+  if (a.peer != expected)
+    throw std::logic_error("pipeline rank " + std::to_string(pp_.rank()) + ": " + action_text(a) +
+                           " names peer " + std::to_string(a.peer) + " but the rank grid's neighbour is " +
+                           std::to_string(expected));
+  return expected;
+}
+
+template <class T>
+Stage<T>& PipelineRuntime<T>::stage(int chunk, const Action& a) {
+  if (chunk < 0 || chunk >= static_cast<int>(stages_.size()) || !stages_[chunk])
+    throw std::logic_error("pipeline rank " + std::to_string(pp_.rank()) + " does not hold chunk " +
+                           std::to_string(chunk) + " needed by " + action_text(a));
+  return *stages_[chunk];
+}
+
+template <class T>
+std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, int microbatches, const Loader& load,
+                                            double loss_scale, PipelineTiming* timing) {
+  const int chunks = static_cast<int>(stages_.size());
+  std::vector<double> losses(static_cast<std::size_t>(microbatches), 0.0);
+  PipelineTiming t;
+  t.chunk_f_s.assign(static_cast<std::size_t>(chunks), 0.0);
+  t.chunk_b_s.assign(static_cast<std::size_t>(chunks), 0.0);
+  t.chunk_w_s.assign(static_cast<std::size_t>(chunks), 0.0);
+  const auto start = Clock::now();
+  for (const Action& a : actions) {
+    const auto t0 = Clock::now();
+    auto account = [&](double& total, std::vector<double>& per_chunk, int& count) {
+      const double dt = seconds_since(t0);
+      total += dt;
+      per_chunk[a.chunk] += dt;
+      ++count;
+    };
+    switch (a.kind) {
+      case ActionKind::F: {
+        Stage<T>& s = stage(a.chunk, a);
+        if (s.units().first || s.units().last) load(a.microbatch, s.ids(a.microbatch), s.targets(a.microbatch));
+        losses[a.microbatch] += s.forward(a.microbatch);
+        account(t.f_s, t.chunk_f_s, t.f);
+        break;
+      }
+      case ActionKind::B:
+        stage(a.chunk, a).backward_input(a.microbatch, loss_scale);
+        account(t.b_s, t.chunk_b_s, t.b);
+        break;
+      case ActionKind::W:
+        stage(a.chunk, a).backward_weight(a.microbatch);
+        account(t.w_s, t.chunk_w_s, t.w);
+        break;
+      case ActionKind::BW:  // fused: B and W interleave unit by unit, so they are timed together (as B)
+        stage(a.chunk, a).backward_fused(a.microbatch, loss_scale);
+        account(t.b_s, t.chunk_b_s, t.b);
+        break;
+      case ActionKind::send_act:
+      case ActionKind::send_grad: {
+        // Activations go to the next pipeline rank, input gradients to the previous one.
+        const bool grad = a.kind == ActionKind::send_grad;
+        Stage<T>& s = stage(a.chunk, a);
+        s.hold(a.microbatch,
+               pp_.isend(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden(),
+                         dtype_, peer(a, grad ? prev_ : next_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_)),
+               grad);
+        break;
+      }
+      case ActionKind::recv_act:
+      case ActionKind::recv_grad: {
+        // Into the consuming chunk's slot: chunk+1 for an activation, chunk−1 for a gradient.
+        const bool grad = a.kind == ActionKind::recv_grad;
+        Stage<T>& s = stage(grad ? a.chunk - 1 : a.chunk + 1, a);
+        pp_.irecv(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden(), dtype_,
+                  peer(a, grad ? next_ : prev_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_))
+            .wait();
+        t.wait_s += seconds_since(t0);
+        break;
+      }
+    }
+  }
+  for (Stage<T>* s : stages_)
+    if (s) s->finish();
+  for (Stage<T>* s : stages_)
+    if (s && s->live_slots() != 0)
+      throw std::logic_error("pipeline: chunk " + std::to_string(s->units().chunk) + " still holds " +
+                             std::to_string(s->live_slots()) + " micro-batches after the step (a W is missing)");
+  t.total_s = seconds_since(start);
+  if (timing) *timing = t;
+  return losses;
+}
+
+template class PipelineRuntime<float>;
+template class PipelineRuntime<double>;
+
+}  // namespace meshrun::train

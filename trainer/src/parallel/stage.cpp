@@ -1,0 +1,306 @@
+#include "meshrun/train/parallel/stage.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace meshrun::train {
+
+std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<int>& layers_per_chunk) {
+  std::vector<ChunkUnits> out;
+  int layer = 0;
+  const int chunks = static_cast<int>(layers_per_chunk.size());
+  for (int c = 0; c < chunks; ++c) {
+    ChunkUnits cu;
+    cu.chunk = c;
+    cu.first = c == 0;
+    cu.last = c == chunks - 1;
+    if (cu.first) cu.units.push_back(table.embed_unit());
+    for (int i = 0; i < layers_per_chunk[c]; ++i) cu.units.push_back(table.layer_unit(layer++));
+    if (cu.last) cu.units.push_back(table.head_unit());
+    out.push_back(std::move(cu));
+  }
+  if (layer != table.layers)
+    throw std::invalid_argument("chunk_units: the chunks hold " + std::to_string(layer) + " layers, the model has " +
+                                std::to_string(table.layers));
+  return out;
+}
+
+template <class T>
+Stage<T>::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
+                const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws,
+                const std::vector<std::int32_t>& pos, const ExpertParallel* ep)
+    : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), ws_(ws), pos_(pos),
+      ep_(ep && table.experts > 0 ? ep : nullptr) {
+  for (int u : units_.units)
+    if (u != table_.embed_unit() && u != table_.head_unit()) ++layer_count_;
+  Slot probe;
+  carve(probe);
+  carve_backward(probe);
+  // The largest single unit's backward part (a decoder layer, or the head) for fused backwards.
+  Carver<T> one;
+  if (layer_count_ > 0) probe.layers[0].carve_backward(one, dims_);
+  Carver<T> head;
+  if (units_.last) probe.head.carve_backward(head, dims_);
+  unit_grads_.assign(static_cast<std::size_t>(std::max(one.used, head.used)), T(0));
+}
+
+template <class T>
+void Stage<T>::carve(Slot& s) {
+  Carver<T> c{s.flat.empty() ? nullptr : s.flat.data(), 0};
+  s.x = c.take(dims_.nl * dims_.h);
+  s.dy = c.take(dims_.nl * dims_.h);
+  s.layers.resize(static_cast<std::size_t>(layer_count_));
+  if (ep_) s.moe.resize(static_cast<std::size_t>(layer_count_));
+  for (DecoderActs<T>& a : s.layers) a.carve_forward(c, dims_);
+  if (units_.last) s.head.carve_forward(c, dims_);
+  slot_elems_ = c.used;
+}
+
+template <class T>
+void Stage<T>::carve_backward(Slot& s) {
+  Carver<T> c{s.grads ? s.grads->flat.data() : nullptr, 0};
+  for (DecoderActs<T>& a : s.layers) a.carve_backward(c, dims_);
+  if (units_.last) s.head.carve_backward(c, dims_);
+  grad_elems_ = c.used;
+}
+
+template <class T>
+std::int64_t Stage<T>::allocated_bytes() const {
+  const std::int64_t ints = units_.first || units_.last ? 2 * dims_.n * std::int64_t(sizeof(std::int32_t)) : 0;
+  std::int64_t moe = 0;
+  for (const auto& p : slots_)
+    for (const MoeActs<T>& m : p->moe) moe += m.bytes();
+  return moe + static_cast<std::int64_t>(slots_.size()) * (slot_elems_ * std::int64_t(sizeof(T)) + ints) +
+         static_cast<std::int64_t>(grad_buffers_.size()) * grad_elems_ * std::int64_t(sizeof(T)) +
+         static_cast<std::int64_t>(unit_grads_.size() * sizeof(T));
+}
+
+template <class T>
+typename Stage<T>::Slot& Stage<T>::slot(int mb) {
+  if (auto it = live_.find(mb); it != live_.end()) return *it->second;
+  Slot* s = nullptr;
+  for (auto& p : slots_)
+    if (p->free) {
+      s = p.get();
+      break;
+    }
+  if (!s) {
+    slots_.push_back(std::make_unique<Slot>());
+    s = slots_.back().get();
+    s->flat.assign(static_cast<std::size_t>(slot_elems_), T(0));
+    if (units_.first || units_.last) {
+      s->ids.assign(static_cast<std::size_t>(dims_.n), 0);
+      s->targets.assign(static_cast<std::size_t>(dims_.n), 0);
+    }
+    carve(*s);
+  }
+  for (Request& r : s->sends) r.wait();
+  s->sends.clear();
+  s->free = s->weights_done = s->gradient_sent = false;
+  live_[mb] = s;
+  return *s;
+}
+
+template <class T>
+typename Stage<T>::Slot& Stage<T>::live(int mb, const char* what) {
+  auto it = live_.find(mb);
+  if (it == live_.end())
+    throw std::logic_error(std::string("pipeline stage of chunk ") + std::to_string(units_.chunk) + ": " + what +
+                           " of micro-batch " + std::to_string(mb) + " before its forward");
+  return *it->second;
+}
+
+template <class T>
+T* Stage<T>::activation(int mb) { return slot(mb).x; }
+template <class T>
+T* Stage<T>::gradient(int mb) { return slot(mb).dy; }
+template <class T>
+std::int32_t* Stage<T>::ids(int mb) { return slot(mb).ids.data(); }
+template <class T>
+std::int32_t* Stage<T>::targets(int mb) { return slot(mb).targets.data(); }
+
+template <class T>
+void Stage<T>::hold(int mb, Request send, bool gradient) {
+  Slot& s = live(mb, "a send");
+  s.sends.push_back(std::move(send));
+  if (gradient) {
+    s.gradient_sent = true;
+    release_if_done(mb, s);
+  }
+}
+
+template <class T>
+void Stage<T>::release_if_done(int mb, Slot& s) {
+  if (!s.weights_done || (!units_.first && !s.gradient_sent)) return;
+  s.free = true;
+  live_.erase(mb);
+}
+
+template <class T>
+void Stage<T>::finish() {
+  for (auto& p : slots_) {
+    for (Request& r : p->sends) r.wait();
+    p->sends.clear();
+  }
+}
+
+template <class T>
+MoeLayer<T>* Stage<T>::moe_layer(Slot& s, int u, int layer, bool acquire) {
+  if (!ep_) return nullptr;
+  const int model_layer = u - table_.layer_unit(0);
+  moe_args_.ep = ep_;
+  moe_args_.layer = model_layer;
+  moe_args_.acts = &s.moe[layer];
+  moe_args_.ets = &table_.units[table_.expert_unit(model_layer, ep_->first_local())].tensors;
+  moe_args_.experts.assign(static_cast<std::size_t>(ep_->local), nullptr);
+  if (acquire)
+    for (int j = 0; j < ep_->local; ++j)
+      moe_args_.experts[j] = store_.acquire(table_.expert_unit(model_layer, ep_->first_local() + j));
+  return &moe_args_;
+}
+
+template <class T>
+void Stage<T>::release_experts(int u) {
+  if (!ep_) return;
+  const int model_layer = u - table_.layer_unit(0);
+  for (int j = 0; j < ep_->local; ++j) store_.release(table_.expert_unit(model_layer, ep_->first_local() + j));
+}
+
+template <class T>
+double Stage<T>::forward(int mb) {
+  Slot& s = slot(mb);
+  const std::int32_t* pos = pos_.data();
+  double loss = 0;
+  int l = 0;
+  for (std::size_t i = 0; i < units_.units.size(); ++i) {
+    const int u = units_.units[i];
+    const auto& ts = table_.units[u].tensors;
+    const T* w = store_.acquire(u);
+    if (i + 1 < units_.units.size()) store_.prefetch(units_.units[i + 1]);  // ZeRO-3: arrives meanwhile
+    if (u == table_.embed_unit()) {
+      embedding_forward(dims_, tp_, ts, w, s.ids.data(), s.x, ws_);
+    } else if (u == table_.head_unit()) {
+      loss = head_forward(dims_, tp_, ts, w, s.head, s.x, s.targets.data(), ws_);
+    } else {
+      MoeLayer<T>* moe = moe_layer(s, u, l, true);
+      decoder_forward(dims_, tp_, cp_, ts, w, s.layers[l++], s.x, pos, ws_, moe);
+      release_experts(u);
+    }
+    store_.release(u);
+  }
+  return loss;
+}
+
+template <class T>
+void Stage<T>::unit_backward_input(Slot& s, int u, int layer, double loss_scale) {
+  if (u == table_.embed_unit()) return;  // no input gradient; its W reads s.dy
+  const auto& ts = table_.units[u].tensors;
+  const T* w = store_.acquire(u);
+  // ZeRO-3: the unit before this one has the next input backward (not the embedding: it has none).
+  const auto it = std::find(units_.units.begin(), units_.units.end(), u);
+  if (it != units_.units.begin() && *(it - 1) != table_.embed_unit()) store_.prefetch(*(it - 1));
+  if (u == table_.head_unit()) {
+    head_backward_input(dims_, tp_, ts, w, s.head, s.targets.data(), loss_scale, s.dy, ws_);
+  } else {
+    MoeLayer<T>* moe = moe_layer(s, u, layer, true);
+    decoder_backward_input(dims_, tp_, cp_, ts, w, s.layers[layer], s.dy, pos_.data(), ws_, moe);
+    release_experts(u);
+  }
+  store_.release(u);
+}
+
+template <class T>
+void Stage<T>::unit_backward_weight(Slot& s, int u, int layer) {
+  const auto& ts = table_.units[u].tensors;
+  T* dw = store_.grad_begin(u);
+  if (u == table_.embed_unit()) {
+    embedding_backward_weight(dims_, tp_, ts, dw, s.ids.data(), s.dy, ws_);
+  } else if (u == table_.head_unit()) {
+    head_backward_weight(dims_, tp_, ts, dw, s.head, ws_);
+  } else {
+    decoder_backward_weight(dims_, tp_, ts, dw, s.layers[layer], ws_, moe_layer(s, u, layer, false));
+  }
+  store_.grad_end(u);
+  if (ep_ && layer >= 0) {  // the layer's local experts, each its own unit (replica group edp)
+    const int model_layer = u - table_.layer_unit(0);
+    for (int j = 0; j < ep_->local; ++j) {
+      const int eu = table_.expert_unit(model_layer, ep_->first_local() + j);
+      T* de = store_.grad_begin(eu);
+      moe_expert_backward_weight(*ep_, j, de, table_.units[eu].tensors, s.moe[layer], dims_.h);
+      store_.grad_end(eu);
+    }
+  }
+}
+
+// Layer index (into the slot's decoder activations) of each unit, in reverse unit order.
+template <class T>
+template <class F>
+void Stage<T>::for_units_reversed(F&& f) {
+  int l = layer_count_;
+  for (auto it = units_.units.rbegin(); it != units_.units.rend(); ++it) {
+    const int u = *it;
+    const bool decoder = u != table_.embed_unit() && u != table_.head_unit();
+    f(u, decoder ? --l : -1);
+  }
+}
+
+template <class T>
+void Stage<T>::backward_input(int mb, double loss_scale) {
+  Slot& s = live(mb, "B");
+  if (!s.grads) {
+    for (auto& g : grad_buffers_)
+      if (g->free) {
+        s.grads = g.get();
+        break;
+      }
+    if (!s.grads) {
+      grad_buffers_.push_back(std::make_unique<GradBuffer>());
+      s.grads = grad_buffers_.back().get();
+      s.grads->flat.assign(static_cast<std::size_t>(grad_elems_), T(0));
+    }
+    s.grads->free = false;
+    carve_backward(s);
+  }
+  for_units_reversed([&](int u, int layer) { unit_backward_input(s, u, layer, loss_scale); });
+}
+
+template <class T>
+void Stage<T>::backward_weight(int mb) {
+  Slot& s = live(mb, "W");
+  if (!s.grads && grad_elems_ > 0) throw std::logic_error("pipeline stage: W of micro-batch " + std::to_string(mb) + " before its B");
+  for_units_reversed([&](int u, int layer) { unit_backward_weight(s, u, layer); });
+  if (s.grads) s.grads->free = true;
+  s.grads = nullptr;
+  s.weights_done = true;
+  release_if_done(mb, s);
+}
+
+template <class T>
+void Stage<T>::backward_fused(int mb, double loss_scale) {
+  Slot& s = live(mb, "BW");
+  // W follows B unit by unit, so one unit's backward buffer is enough (the same operations as B then W).
+  for_units_reversed([&](int u, int layer) {
+    Carver<T> c{unit_grads_.data(), 0};
+    if (layer >= 0) s.layers[layer].carve_backward(c, dims_);
+    if (u == table_.head_unit()) s.head.carve_backward(c, dims_);
+    unit_backward_input(s, u, layer, loss_scale);
+    unit_backward_weight(s, u, layer);
+  });
+  s.weights_done = true;
+  release_if_done(mb, s);
+}
+
+template <class T>
+void Stage<T>::discard(int mb) {
+  Slot& s = live(mb, "freeing the slot");
+  if (s.grads) s.grads->free = true;
+  s.grads = nullptr;
+  s.weights_done = s.gradient_sent = true;
+  release_if_done(mb, s);
+}
+
+template class Stage<float>;
+template class Stage<double>;
+
+}  // namespace meshrun::train

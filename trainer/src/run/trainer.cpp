@@ -1,0 +1,381 @@
+#include "meshrun/train/run/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "meshrun/train/checkpoint/safetensors.hpp"
+
+namespace meshrun::train {
+
+namespace kc = meshrun::kernels::cpu;
+
+double lr_at(const TrainingSpec& t, int s) {
+  if (s < t.warmup_steps) return t.lr * static_cast<double>(s + 1) / t.warmup_steps;
+  const int decay = t.steps - t.warmup_steps;
+  if (decay <= 1) return t.lr;
+  const double progress = static_cast<double>(s - t.warmup_steps) / (decay - 1);
+  return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
+  const auto& t = cfg.training;
+  const auto& m = cfg.model;
+  if (cfg.parallel.cp_comm != "ring" && cfg.parallel.cp_comm != "allgather")
+    return "parallel.cp_comm = \"" + cfg.parallel.cp_comm + "\" is unknown; use \"ring\" or \"allgather\"";
+  if (layout.ep > 1 && m.experts == 0) return "parallel.ep = " + std::to_string(layout.ep) + " needs a mixture-of-experts model; set model.experts or parallel.ep = 1";
+  if (m.experts > 0 && m.experts % layout.ep != 0)
+    return "model.experts = " + std::to_string(m.experts) + " cannot be split evenly over parallel.ep = " + std::to_string(layout.ep) + "; choose ep dividing the experts";
+  if (m.experts > 0 && (m.top_k < 1 || m.top_k > m.experts))
+    return "model.top_k = " + std::to_string(m.top_k) + " must be between 1 and model.experts = " + std::to_string(m.experts) + "; lower model.top_k";
+  if (m.mlp != "swiglu") return "model.mlp = \"" + m.mlp + "\": the bundled trainer builds the Llama SwiGLU MLP; set model.mlp = \"swiglu\"";
+  if (m.tied_embeddings) return "model.tied_embeddings = true is not supported (Llama's lm_head is untied); set it to false";
+  if (t.dtype != "fp32" && t.dtype != "fp64") return "training.dtype = \"" + t.dtype + "\": the CPU trainer computes in \"fp32\" or \"fp64\"";
+  if (t.steps < 0) return "training.steps must be >= 0";
+  std::string why;
+  const auto geometry = batch_geometry(t, layout, &why);
+  if (!geometry) return why;
+  if (!chunk_layers(m.layers, layout.pp * layout.virtual_stages))
+    return "model.layers = " + std::to_string(m.layers) + " cannot be split into pp·virtual_stages = " +
+           std::to_string(layout.pp * layout.virtual_stages) + " pipeline chunks; change pp or virtual_stages";
+  if (!parse_pipeline_schedule(cfg.parallel.pipeline_schedule))
+    return "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule + "\" is unknown; use gpipe, 1f1b, interleaved or zb";
+  return check_schedule_spec(schedule_spec(cfg, layout, *geometry));
+}
+
+ScheduleSpec schedule_spec(const JobConfig& cfg, const Layout& layout, const BatchGeometry& geometry) {
+  ScheduleSpec spec;
+  spec.kind = parse_pipeline_schedule(cfg.parallel.pipeline_schedule).value_or(PipelineSchedule::one_f_one_b);
+  spec.pp = layout.pp;
+  spec.virtual_stages = layout.virtual_stages;
+  spec.microbatches = static_cast<int>(geometry.microbatches);
+  return spec;
+}
+
+namespace {
+BatchGeometry geometry_or_throw(const JobConfig& cfg, const Layout& layout) {
+  std::string why;
+  auto g = batch_geometry(cfg.training, layout, &why);
+  if (!g) throw std::invalid_argument(why);
+  return *g;
+}
+std::vector<int> layers_or_throw(const JobConfig& cfg, const Layout& layout) {
+  auto v = chunk_layers(cfg.model.layers, layout.pp * layout.virtual_stages);
+  if (!v) throw std::invalid_argument("model.layers cannot be split into pp·virtual_stages pipeline chunks");
+  return *v;
+}
+}  // namespace
+
+template <class T>
+std::vector<Comm*> Trainer<T>::unit_groups() const {
+  std::vector<Comm*> g(table_.units.size(), nullptr);
+  Comm& edp = groups_[GroupKind::edp];
+  const int ep = grid_.layout().ep;
+  for (std::size_t u = 0; u < g.size(); ++u) {
+    if (unit_owner_[u] != coord_.pp) continue;
+    const int uu = static_cast<int>(u);
+    if (!table_.is_expert_unit(uu)) {
+      g[u] = &dp_;  // dense units replicate over dp·cp
+    } else {
+      // Expert j of a layer lives on EP rank j / (E/ep) and replicates over the expert-data-parallel group.
+      const int j = (uu - table_.expert_unit(0, 0)) % table_.experts;
+      if (j / (table_.experts / ep) == coord_.ep) g[u] = &edp;
+    }
+  }
+  return g;
+}
+
+template <class T>
+Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups,
+                    const TestFaults& faults)
+    : cfg_(cfg),
+      grid_(grid),
+      coord_(grid.coords(rank)),
+      groups_(groups),
+      tp_(groups[GroupKind::tp]),
+      dp_(groups[GroupKind::dp_cp]),
+      pp_(groups[GroupKind::pp]),
+      geometry_(geometry_or_throw(cfg, grid.layout())),
+      table_(build_param_table(cfg.model, grid.layout().tp, coord_.tp)),
+      chunks_(chunk_units(table_, layers_or_throw(cfg, grid.layout()))),
+      unit_owner_(table_.units.size(), 0),
+      store_(table_, grid.layout().zero_stage,
+             [&] {
+               if (faults.edit_chunks) faults.edit_chunks(chunks_);
+               for (const ChunkUnits& c : chunks_)
+                 for (int u : c.units) unit_owner_[u] = chunk_rank(c.chunk, grid.layout().pp);
+               for (int u = table_.head_unit() + 1; u < static_cast<int>(table_.units.size()); ++u)
+                 unit_owner_[u] = unit_owner_[table_.layer_unit(table_.expert_layer(u))];  // experts: their layer's stage
+               return unit_groups();
+             }()),
+      dims_(LayerDims::make(cfg.model, geometry_, grid.layout().tp, coord_.tp)),
+      tpctx_{&tp_, geometry_.sequence_parallel, dims_.n, dims_.nl, dims_.h} {
+  const Layout& l = grid.layout();
+  ws_.resize(dims_, tpctx_.gathers());
+  const std::vector<std::int32_t> seq_pos = geometry_.cp_positions(coord_.cp);
+  for (std::int64_t b = 0; b < geometry_.micro_batch_size; ++b) pos_.insert(pos_.end(), seq_pos.begin(), seq_pos.end());
+  read_pos_ = seq_pos;
+  if (faults.contiguous_cp_tokens)
+    for (std::int64_t i = 0; i < geometry_.tokens_per_cp_rank; ++i)
+      read_pos_[i] = static_cast<std::int32_t>(coord_.cp * geometry_.tokens_per_cp_rank + i);
+  // Context parallelism: the CP group, its ring neighbours from mesh, every CP rank's positions.
+  cpctx_.cp = &groups[GroupKind::cp];
+  cpctx_.mode = cfg.parallel.cp_comm == "allgather" ? CpComm::allgather : CpComm::ring;
+  const auto cp_peers = grid.ring_peers(rank, Axis::cp);
+  cpctx_.prev = grid.index_in_group(cp_peers.prev, GroupKind::cp);
+  cpctx_.next = grid.index_in_group(cp_peers.next, GroupKind::cp);
+  for (int r = 0; r < l.cp; ++r) cpctx_.pos.push_back(geometry_.cp_positions(r));
+  cpctx_.seq = geometry_.tokens_per_cp_rank;
+  cpctx_.mbs = geometry_.micro_batch_size;
+  cpctx_.hq = dims_.hq;
+  cpctx_.hkv = dims_.hkv;
+  cpctx_.dh = dims_.dh;
+  cpctx_.resize();
+  // Expert parallelism: the EP group of this stage and TP rank (mesh's expert grid, ETP = TP).
+  if (table_.experts > 0) {
+    epctx_.ep = &groups[GroupKind::ep];
+    if (epctx_.ep->rank() != coord_.ep) throw std::logic_error("the EP communicator's rank differs from the rank map's ep");
+    epctx_.cp = &groups[GroupKind::cp];
+    epctx_.experts = table_.experts;
+    epctx_.top_k = table_.top_k;
+    epctx_.local = table_.experts / l.ep;
+    epctx_.ffn = (cfg.model.moe_ffn_hidden > 0 ? cfg.model.moe_ffn_hidden : cfg.model.ffn_hidden) / l.tp;
+    epctx_.tokens = static_cast<std::int64_t>(geometry_.micro_batch_size) * geometry_.seq_len;
+    epctx_.aux_coef = cfg.model.router_aux_loss_coef * static_cast<double>(geometry_.micro_batch_size) /
+                      static_cast<double>(cfg.training.global_batch_size);  // mean over the step's micro-batches
+    epctx_.stats = &moe_stats_;
+    epctx_.fault_drop_token = faults.moe_drop_token;
+    epctx_.fault_wrong_rank = faults.moe_wrong_rank;
+    moe_stats_.reset(table_.layers, table_.experts);
+  }
+  const int nchunks = l.pp * l.virtual_stages;
+  std::vector<Stage<T>*> by_chunk(static_cast<std::size_t>(nchunks), nullptr);
+  for (const ChunkUnits& c : chunks_) {
+    if (chunk_rank(c.chunk, l.pp) != coord_.pp) continue;
+    stages_.push_back(std::make_unique<Stage<T>>(c, dims_, tpctx_, cpctx_, table_, store_, ws_, pos_,
+                                                 table_.experts > 0 ? &epctx_ : nullptr));
+    by_chunk[c.chunk] = stages_.back().get();
+  }
+  if (const std::string why = check_schedule_spec(schedule_spec(cfg, l, geometry_)); !why.empty())
+    throw std::invalid_argument(why);
+  schedule_ = generate_schedule(schedule_spec(cfg, l, geometry_));
+  const auto peers = grid.ring_peers(rank, Axis::pp);
+  runtime_ = std::make_unique<PipelineRuntime<T>>(by_chunk, pp_, grid.index_in_group(peers.prev, GroupKind::pp),
+                                                  grid.index_in_group(peers.next, GroupKind::pp), dtype_of<T>());
+}
+
+template <class T>
+std::int64_t Trainer<T>::activation_bytes() const {
+  std::int64_t n = ws_.bytes();
+  for (const std::vector<T>* v : {&cpctx_.kv_send, &cpctx_.kv_recv, &cpctx_.kv_all, &cpctx_.dkv_send, &cpctx_.dkv_recv,
+                                  &cpctx_.dkv_all, &cpctx_.part_out, &cpctx_.part_lse})
+    n += static_cast<std::int64_t>(v->size() * sizeof(T));
+  for (const auto& s : stages_) n += s->allocated_bytes();
+  return n;
+}
+
+template <class T>
+std::int64_t Trainer<T>::saved_activation_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& s : stages_) n += s->allocated_bytes();
+  return n;
+}
+
+template <class T>
+void Trainer<T>::init_params() {
+  for (std::size_t u = 0; u < table_.units.size(); ++u) {
+    if (!store_.holds(static_cast<int>(u))) continue;
+    std::vector<T> buf(static_cast<std::size_t>(table_.units[u].size));
+    init_unit(buf.data(), table_.units[u], cfg_.training.seed, cfg_.model.layers);
+    store_.write_unit(static_cast<int>(u), buf.data());
+  }
+}
+
+template <class T>
+std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::gather_params() {
+  std::vector<std::vector<T>> units(table_.units.size());
+  for (std::size_t u = 0; u < table_.units.size(); ++u)
+    if (store_.holds(static_cast<int>(u))) units[u] = store_.read_unit(static_cast<int>(u));
+  return assemble(units);
+}
+
+template <class T>
+std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::gather_grads() {
+  std::vector<std::vector<T>> units(table_.units.size());
+  for (std::size_t u = 0; u < table_.units.size(); ++u) {
+    const int uu = static_cast<int>(u);
+    if (!store_.holds(uu)) continue;
+    Comm& g = store_.group(uu);
+    std::vector<T> full(static_cast<std::size_t>(store_.shard_len(uu) * g.size()));
+    g.all_gather(store_.grad_shard(uu), full.data(), store_.shard_len(uu));
+    full.resize(static_cast<std::size_t>(table_.units[u].size));
+    units[u] = std::move(full);
+  }
+  return assemble(units);
+}
+
+template <class T>
+std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::assemble(const std::vector<std::vector<T>>& units) {
+  std::vector<std::pair<std::string, std::vector<T>>> out;
+  const int p = tp_.size();
+  for (std::size_t u = 0; u < table_.units.size(); ++u) {
+    const bool held = store_.holds(static_cast<int>(u));
+    for (const TensorSlot& t : table_.units[u].tensors) {
+      std::vector<T> full(static_cast<std::size_t>(t.rows * t.cols));
+      if (held) {
+        const T* local = units[u].data() + t.offset;
+        if (t.split == Split::replicated || p == 1) {
+          std::copy(local, local + t.numel(), full.begin());
+        } else {
+          std::vector<T> blocks(static_cast<std::size_t>(t.numel() * p));
+          tp_.all_gather(local, blocks.data(), t.numel());
+          if (t.split == Split::rows) {
+            full = std::move(blocks);  // row blocks in rank order are the global tensor
+          } else {
+            for (int q = 0; q < p; ++q)
+              for (std::int64_t r = 0; r < t.rows; ++r)
+                for (std::int64_t c = 0; c < t.local_cols; ++c)
+                  full[r * t.cols + q * t.local_cols + c] = blocks[(q * t.rows + r) * t.local_cols + c];
+          }
+        }
+      }
+      // An expert's EP rank gives it to the other EP ranks of its stage.
+      if (table_.is_expert_unit(static_cast<int>(u))) {
+        const int j = (static_cast<int>(u) - table_.expert_unit(0, 0)) % table_.experts;
+        groups_[GroupKind::ep].broadcast(full.data(), static_cast<std::int64_t>(full.size()), dtype_of<T>(),
+                                         j / (table_.experts / grid_.layout().ep));
+      }
+      // The pipeline rank holding the unit gives it to the others (pp rank r is rank r of the pp group).
+      pp_.broadcast(full.data(), static_cast<std::int64_t>(full.size()), dtype_of<T>(), unit_owner_[u]);
+      out.emplace_back(t.name, std::move(full));
+    }
+  }
+  return out;
+}
+
+template <class T>
+void Trainer<T>::save(const std::string& path) {
+  const auto params = gather_params();
+  if (groups_.world->rank() == 0) {
+    std::vector<TensorToWrite> w;
+    std::size_t i = 0;
+    for (const auto& u : table_.units)
+      for (const TensorSlot& t : u.tensors) {
+        const auto& data = params[i++].second;
+        w.push_back({t.name, sizeof(T) == 4 ? "F32" : "F64", t.shape(), data.data(), data.size() * sizeof(T)});
+      }
+    write_safetensors(path, w, {{"format", "pt"}, {"producer", "meshrun-train"}});
+  }
+  groups_.world->barrier();
+}
+
+template <class T>
+void Trainer<T>::load(const std::string& path) {
+  const SafetensorsFile file(path);
+  for (std::size_t u = 0; u < table_.units.size(); ++u) {
+    if (!store_.holds(static_cast<int>(u))) continue;
+    std::vector<T> buf(static_cast<std::size_t>(table_.units[u].size));
+    for (const TensorSlot& t : table_.units[u].tensors) {
+      const std::vector<T> full = file.read<T>(t.name, t.shape());
+      for (std::int64_t i = 0; i < t.numel(); ++i) buf[t.offset + i] = full[t.global_index(i)];
+    }
+    store_.write_unit(static_cast<int>(u), buf.data());
+  }
+}
+
+template <class T>
+StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const TrainingSpec& tr = cfg_.training;
+  const BatchGeometry& g = geometry_;
+  const double inv_tokens = loss_normalizer(tr);
+  const std::int64_t S = g.seq_len, Sl = g.tokens_per_cp_rank;
+
+  // Micro-batch j of this data-parallel rank: of each of its sequences, the tokens of this CP rank.
+  auto load = [&](int j, std::int32_t* mb_ids, std::int32_t* mb_targets) {
+    for (std::int64_t b = 0; b < g.micro_batch_size; ++b)
+      data.tokens(g.sequence_index(s, coord_.dp, j, b), read_pos_.data(), Sl, mb_ids + b * Sl, mb_targets + b * Sl);
+  };
+
+  StepStats st;
+  if (table_.experts > 0) moe_stats_.reset(table_.layers, table_.experts);
+  store_.zero_grads(static_cast<int>(g.microbatches));
+  const std::vector<double> losses =
+      runtime_->run(schedule_.ranks[coord_.pp], static_cast<int>(g.microbatches), load, inv_tokens, &st.pipeline);
+  store_.reduce_grads();
+
+  // Global gradient norm over every unit of every stage: per unit, each data-parallel rank its ZeRO
+  // shard region (summed over the unit's group), each tensor-parallel shard once (replicated tensors
+  // only from tp rank 0); units of other stages are zero here and come from their stage (adding zeros
+  // is exact); then the units in table order. Double sums in a fixed order.
+  std::vector<double> sq(table_.units.size(), 0.0);
+  for (std::size_t u = 0; u < table_.units.size(); ++u) {
+    const int uu = static_cast<int>(u);
+    if (!store_.holds(uu)) continue;
+    std::vector<bool> include;
+    for (const TensorSlot& t : table_.units[u].tensors) include.push_back(t.split != Split::replicated || tp_.rank() == 0);
+    sq[u] = store_.grad_sumsq(uu, include);
+    store_.group(uu).all_reduce(&sq[u], 1);
+  }
+  if (table_.experts > 0) {  // an expert's unit is held on one EP rank of its stage: the others add zeros
+    std::vector<double> e(sq.size(), 0.0);
+    for (std::size_t u = 0; u < sq.size(); ++u)
+      if (table_.is_expert_unit(static_cast<int>(u))) e[u] = sq[u];
+    groups_[GroupKind::ep].all_reduce(e.data(), static_cast<std::int64_t>(e.size()));
+    for (std::size_t u = 0; u < sq.size(); ++u)
+      if (table_.is_expert_unit(static_cast<int>(u))) sq[u] = e[u];
+  }
+  tp_.all_reduce(sq.data(), static_cast<std::int64_t>(sq.size()));
+  pp_.all_reduce(sq.data(), static_cast<std::int64_t>(sq.size()));
+  double sumsq = 0;
+  for (double x : sq) sumsq += x;
+  // Loss: the last stage's micro-batches in order, summed over data-parallel ranks, then to every stage.
+  double loss_sum = 0;
+  for (double l : losses) loss_sum += l;
+  dp_.all_reduce(&loss_sum, 1);
+  pp_.all_reduce(&loss_sum, 1);
+  // The clip factor comes from the norm rounded to fp32, so layouts whose double sums differ in the
+  // last bits (different shard boundaries) still agree on it.
+  const double norm = static_cast<float>(std::sqrt(sumsq));
+  const double clip = (tr.grad_clip > 0 && norm > tr.grad_clip) ? tr.grad_clip / norm : 1.0;
+
+  st.step = s + 1;
+  st.lr = lr_at(tr, s);
+  kc::AdamW hp{st.lr, tr.beta1, tr.beta2, tr.adam_eps, tr.weight_decay, s + 1, clip};
+  store_.adam_step(hp);
+
+  if (table_.experts > 0) {
+    // Every CP rank of a sequence computed the same aux (its statistics were summed over CP), every TP
+    // rank too: count CP rank 0's, per layer summed over data-parallel ranks (in rank = micro-batch
+    // order) and stages, then the layers in order: the single process's sum with one micro-batch per rank.
+    const std::size_t L = moe_stats_.aux.size();
+    std::vector<double> agg(L + moe_stats_.expert_tokens.size(), 0.0);
+    if (coord_.cp == 0) {
+      for (std::size_t l = 0; l < L; ++l) agg[l] = moe_stats_.aux[l];
+      for (std::size_t i = 0; i < moe_stats_.expert_tokens.size(); ++i) agg[L + i] = static_cast<double>(moe_stats_.expert_tokens[i]);
+    }
+    dp_.all_reduce(agg.data(), static_cast<std::int64_t>(agg.size()));
+    pp_.all_reduce(agg.data(), static_cast<std::int64_t>(agg.size()));
+    for (std::size_t l = 0; l < L; ++l) st.aux_loss += agg[l];
+    double mx = 0, sum = 0;
+    for (std::size_t i = L; i < agg.size(); ++i) {
+      mx = std::max(mx, agg[i]);
+      sum += agg[i];
+    }
+    st.expert_tokens_max = mx;
+    st.expert_tokens_mean = sum / static_cast<double>(agg.size() - L);
+    st.expert_tokens.assign(agg.begin() + static_cast<std::ptrdiff_t>(L), agg.end());
+    st.a2a_bytes = moe_stats_.a2a_bytes;
+  }
+  st.loss = loss_sum * inv_tokens;
+  st.grad_norm = norm;
+  st.comm_exposed_ms = store_.take_comm_exposed_ms();
+  st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  st.tokens_per_s = static_cast<double>(g.global_batch * S) / (st.ms / 1000.0);
+  return st;
+}
+
+template class Trainer<float>;
+template class Trainer<double>;
+
+}  // namespace meshrun::train
