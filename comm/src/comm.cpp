@@ -7,14 +7,6 @@
 
 namespace meshrun::comm {
 
-std::size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f32: case DType::i32: return 4;
-    case DType::f64: case DType::i64: return 8;
-  }
-  return 0;
-}
-
 namespace {
 template <class T>
 void reduce_typed(T* out, const T* blocks, int count, std::int64_t n, ReduceOp op) {
@@ -41,19 +33,21 @@ void reduce_blocks(void* out, const void* blocks, int count, std::int64_t n, DTy
     case DType::i64:
       reduce_typed(static_cast<std::int64_t*>(out), static_cast<const std::int64_t*>(blocks), count, n, op);
       break;
+    case DType::bf16:  // gradients are reduced in fp32 (Precision::grad); a bf16 sum would lose the order's bits
+      throw std::logic_error("reduce_blocks: bf16 reductions are not supported; reduce in fp32");
   }
 }
 
-void LocalComm::reduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp) {
-  if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
+void LocalComm::reduce_scatter(Buf send, Buf recv, ReduceOp) {
+  if (send.p != recv.p) std::memmove(recv.p, send.p, static_cast<std::size_t>(recv.bytes()));
 }
-void LocalComm::all_gather(const void* send, void* recv, std::int64_t n, DType t) {
-  if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
+void LocalComm::all_gather(Buf send, Buf recv) {
+  if (send.p != recv.p) std::memmove(recv.p, send.p, static_cast<std::size_t>(send.bytes()));
 }
-Request LocalComm::isend(const void*, std::int64_t, DType, int, int) {
+Request LocalComm::isend(Buf, int, int) {
   throw std::logic_error("LocalComm::isend: a group of one process has no peer");
 }
-Request LocalComm::irecv(void*, std::int64_t, DType, int, int) {
+Request LocalComm::irecv(Buf, int, int) {
   throw std::logic_error("LocalComm::irecv: a group of one process has no peer");
 }
 
@@ -78,10 +72,9 @@ void Request::wait() {
   op_->wait();
   op_.reset();
 }
-void LocalComm::all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
-                           const std::int64_t* recv_counts, DType t) {
+void LocalComm::all_to_all(Buf send, const std::int64_t* send_counts, Buf recv, const std::int64_t* recv_counts) {
   if (send_counts[0] != recv_counts[0]) throw std::logic_error("LocalComm::all_to_all: counts differ");
-  std::memmove(recv, send, static_cast<std::size_t>(send_counts[0]) * dtype_size(t));
+  std::memmove(recv.p, send.p, static_cast<std::size_t>(send_counts[0]) * dtype_size(send.t));
 }
 
 }  // namespace meshrun::comm

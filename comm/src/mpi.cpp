@@ -18,6 +18,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
+    case DType::bf16: return MPI_UINT16_T;  // moved as bits; reductions refuse it (reduce_blocks)
   }
   return MPI_BYTE;
 }
@@ -45,13 +46,14 @@ MpiComm::~MpiComm() {
 }
 
 // The blocking forms are the non-blocking ones, waited on: one code path.
-void MpiComm::reduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) {
-  ireduce_scatter(send, recv, n, t, op).wait();
-}
+void MpiComm::reduce_scatter(Buf send, Buf recv, ReduceOp op) { ireduce_scatter(send, recv, op).wait(); }
 
-void MpiComm::all_gather(const void* send, void* recv, std::int64_t n, DType t) { iall_gather(send, recv, n, t).wait(); }
+void MpiComm::all_gather(Buf send, Buf recv) { iall_gather(send, recv).wait(); }
 
-void MpiComm::all_reduce(void* buf, std::int64_t n, DType t, ReduceOp op) {
+void MpiComm::all_reduce(Buf b, ReduceOp op) {
+  void* buf = b.p;
+  const std::int64_t n = b.n;
+  const DType t = b.t;
   if (size_ == 1 || n == 0) return;
   // Pad to a multiple of the group size, reduce-scatter, gather back.
   const std::int64_t chunk = (n + size_ - 1) / size_;
@@ -59,14 +61,14 @@ void MpiComm::all_reduce(void* buf, std::int64_t n, DType t, ReduceOp op) {
   std::vector<char> padded(static_cast<std::size_t>(chunk) * size_ * es, 0);
   std::memcpy(padded.data(), buf, static_cast<std::size_t>(n) * es);
   char* own = padded.data() + static_cast<std::size_t>(rank_) * chunk * es;
-  reduce_scatter(padded.data(), own, chunk, t, op);
-  all_gather(own, padded.data(), chunk, t);
+  reduce_scatter(Buf{padded.data(), chunk * size_, t}, Buf{own, chunk, t}, op);
+  all_gather(Buf{own, chunk, t}, Buf{padded.data(), chunk * size_, t});
   std::memcpy(buf, padded.data(), static_cast<std::size_t>(n) * es);
 }
 
-void MpiComm::broadcast(void* buf, std::int64_t n, DType t, int root) {
+void MpiComm::broadcast(Buf b, int root) {
   if (size_ == 1) return;
-  check(MPI_Bcast(buf, count_of(n), mpi_type(t), root, comm_), "MPI_Bcast");
+  check(MPI_Bcast(b.p, count_of(b.n), mpi_type(b.t), root, comm_), "MPI_Bcast");
 }
 namespace {
 struct MpiPending : Request::Pending {
@@ -100,7 +102,11 @@ void check_tag(int tag, int ub) {
 }
 }  // namespace
 
-Request MpiComm::ireduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) {
+Request MpiComm::ireduce_scatter(Buf sb, Buf rb, ReduceOp op) {
+  const void* send = sb.p;
+  void* recv = rb.p;
+  const std::int64_t n = rb.n;
+  const DType t = rb.t;
   if (size_ == 1) {
     if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
     return Request();
@@ -117,7 +123,11 @@ Request MpiComm::ireduce_scatter(const void* send, void* recv, std::int64_t n, D
   return Request(std::move(rs));
 }
 
-Request MpiComm::iall_gather(const void* send, void* recv, std::int64_t n, DType t) {
+Request MpiComm::iall_gather(Buf sb, Buf rb) {
+  const void* send = sb.p;
+  void* recv = rb.p;
+  const std::int64_t n = sb.n;
+  const DType t = sb.t;
   if (size_ == 1) {
     if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
     return Request();
@@ -130,20 +140,22 @@ Request MpiComm::iall_gather(const void* send, void* recv, std::int64_t n, DType
   return Request(std::move(op));
 }
 
-Request MpiComm::isend(const void* buf, std::int64_t n, DType t, int peer, int tag) {
+Request MpiComm::isend(Buf b, int peer, int tag) {
   check_tag(tag, tag_ub_);
   auto op = std::make_unique<MpiPending>();
-  check(MPI_Isend(buf, count_of(n), mpi_type(t), peer, tag, comm_, &op->req), "MPI_Isend");
+  check(MPI_Isend(b.p, count_of(b.n), mpi_type(b.t), peer, tag, comm_, &op->req), "MPI_Isend");
   return Request(std::move(op));
 }
-Request MpiComm::irecv(void* buf, std::int64_t n, DType t, int peer, int tag) {
+Request MpiComm::irecv(Buf b, int peer, int tag) {
   check_tag(tag, tag_ub_);
   auto op = std::make_unique<MpiPending>();
-  check(MPI_Irecv(buf, count_of(n), mpi_type(t), peer, tag, comm_, &op->req), "MPI_Irecv");
+  check(MPI_Irecv(b.p, count_of(b.n), mpi_type(b.t), peer, tag, comm_, &op->req), "MPI_Irecv");
   return Request(std::move(op));
 }
-void MpiComm::all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
-                         const std::int64_t* recv_counts, DType t) {
+void MpiComm::all_to_all(Buf sb, const std::int64_t* send_counts, Buf rb, const std::int64_t* recv_counts) {
+  const void* send = sb.p;
+  void* recv = rb.p;
+  const DType t = sb.t;
   std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
   std::int64_t so = 0, ro = 0;
   for (int r = 0; r < size_; ++r) {

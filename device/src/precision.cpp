@@ -1,4 +1,4 @@
-// DType names/sizes, Precision from the config keys, and the task's device index.
+// Precision from the config keys, and the task's device index.
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -6,24 +6,6 @@
 #include "meshrun/device/backend.hpp"
 
 namespace meshrun::device {
-
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "fp32";
-    case DType::f64: return "fp64";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "int32";
-  }
-  return "?";
-}
-
-std::size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
-    default: return 4;
-  }
-}
 
 Precision Precision::cpu(const std::string& dtype) {
   if (dtype != "fp32" && dtype != "fp64")

@@ -108,18 +108,18 @@ int main(int argc, char** argv) {
     check(m == (p - 1) * 1.5, "all_reduce max");
     // 5. broadcast from rank 1.
     std::int64_t b[2] = {r == 1 ? 42 : -1, r == 1 ? -7 : -1};
-    c.broadcast(b, 2, DType::i64, 1 % p);
+    c.broadcast(host_buf(b, 2), 1 % p);
     check(b[0] == (p > 1 ? 42 : -1) && b[1] == (p > 1 ? -7 : -1), "broadcast");
     // 6. send/recv around a ring (even ranks send first).
     if (p > 1) {
       std::int32_t to = r * 10, from = -1;
       const int next = (r + 1) % p, prev = (r + p - 1) % p;
       if (r % 2 == 0) {
-        c.send(&to, 1, DType::i32, next, 3);
-        c.recv(&from, 1, DType::i32, prev, 3);
+        c.send(host_buf(&to, 1), next, 3);
+        c.recv(host_buf(&from, 1), prev, 3);
       } else {
-        c.recv(&from, 1, DType::i32, prev, 3);
-        c.send(&to, 1, DType::i32, next, 3);
+        c.recv(host_buf(&from, 1), prev, 3);
+        c.send(host_buf(&to, 1), next, 3);
       }
       check(from == prev * 10, "send/recv ring");
     }
@@ -130,10 +130,10 @@ int main(int argc, char** argv) {
       const std::int64_t big = std::int64_t(1) << 20;
       const int next = (r + 1) % p, prev = (r + p - 1) % p;
       std::vector<float> to_next(big, float(r)), to_prev(big, float(-r)), from_prev(big, -1.f), from_next(big, -1.f);
-      Request s1 = c.isend(to_next.data(), big, DType::f32, next, 5);
-      Request s2 = c.isend(to_prev.data(), big, DType::f32, prev, 6);
-      Request r1 = c.irecv(from_prev.data(), big, DType::f32, prev, 5);
-      Request r2 = c.irecv(from_next.data(), big, DType::f32, next, 6);
+      Request s1 = c.isend(host_buf(to_next.data(), big), next, 5);
+      Request s2 = c.isend(host_buf(to_prev.data(), big), prev, 6);
+      Request r1 = c.irecv(host_buf(from_prev.data(), big), prev, 5);
+      Request r2 = c.irecv(host_buf(from_next.data(), big), next, 6);
       check(s1.pending() && r2.pending(), "non-blocking requests pending until waited");
       r2.wait();
       r1.wait();
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
                 from_next[big - 1] == float(-next),
             "isend/irecv both directions, 4 MiB");
       std::vector<double> ring_out(big / 2, double(r)), ring_in(big / 2, -1.0);
-      c.sendrecv(ring_out.data(), big / 2, next, ring_in.data(), big / 2, prev, DType::f64, 7);
+      c.sendrecv(host_buf(ring_out.data(), big / 2), next, host_buf(ring_in.data(), big / 2), prev, 7);
       check(ring_in[0] == double(prev) && ring_in[big / 2 - 1] == double(prev), "sendrecv around the ring");
       check(c.max_tag() >= 32767, "MPI_TAG_UB at least the standard's 32767");
     }
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < sc[q]; ++i) sbuf.push_back(float(r * 100 + q * 10 + i));
     }
     rbuf.resize(std::accumulate(rc.begin(), rc.end(), std::size_t(0)));
-    c.all_to_all(sbuf.data(), sc.data(), rbuf.data(), rc.data(), DType::f32);
+    c.all_to_all(host_buf(sbuf.data(), std::int64_t(sbuf.size())), sc.data(), host_buf(rbuf.data(), std::int64_t(rbuf.size())), rc.data());
     bool ok = true;
     std::size_t o = 0;
     for (int q = 0; q < p; ++q)

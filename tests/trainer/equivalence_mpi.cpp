@@ -56,26 +56,26 @@ enum class Fault { none, skip_tp_all_reduce, rotate_dp_all_gather, stage_skips_l
 class FaultyComm final : public ForwardingComm {
  public:
   FaultyComm(std::unique_ptr<Comm> inner, Fault f) : ForwardingComm(std::move(inner)), f_(f) {}
-  void all_reduce(void* b, std::int64_t n, DType t, ReduceOp op) override {
+  void all_reduce(Buf b, ReduceOp op) override {
     if (f_ == Fault::skip_tp_all_reduce && op == ReduceOp::sum) return;  // "forgot" the row-parallel sum
-    inner().all_reduce(b, n, t, op);
+    inner().all_reduce(b, op);
   }
-  void all_gather(const void* s, void* r, std::int64_t n, DType t) override {
-    inner().all_gather(s, r, n, t);
+  void all_gather(Buf s, Buf r) override {
+    inner().all_gather(s, r);
     if (f_ != Fault::rotate_dp_all_gather) return;
     // Every rank puts block r+1 where block r belongs: a shard written to the wrong place.
-    const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
-    char* p = static_cast<char*>(r);
+    const std::size_t bytes = static_cast<std::size_t>(s.bytes());
+    char* p = static_cast<char*>(r.p);
     std::rotate(p, p + bytes, p + bytes * size());
   }
   // The first K/V block a rank receives around the CP ring arrives as zeros (a dropped block).
-  Request irecv(void* b, std::int64_t n, DType t, int peer, int tag) override {
-    Request r = inner().irecv(b, n, t, peer, tag);
+  Request irecv(Buf b, int peer, int tag) override {
+    Request r = inner().irecv(b, peer, tag);
     if (f_ != Fault::ring_drops_block || ++recvs_ != 1) return r;
     auto lost = std::make_unique<ZeroAfterWait>();
     lost->inner = std::move(r);
-    lost->buf = b;
-    lost->bytes = static_cast<std::size_t>(n) * dtype_size(t);
+    lost->buf = b.p;
+    lost->bytes = static_cast<std::size_t>(b.bytes());
     return Request(std::move(lost));
   }
 

@@ -113,7 +113,7 @@ TEST_CASE("reductions are fixed-order: ((x0 + x1) + x2)", "[trainer][comm]") {
   float x[2] = {1, 2}, y[2] = {0, 0};
   c.all_gather(x, y, 2);
   CHECK(y[1] == 2);
-  CHECK_THROWS(c.send(x, 1, DType::f32, 0, 0));
+  CHECK_THROWS(c.send(host_buf(x, 1), 0, 0));
 }
 
 TEST_CASE("MoE parameter table uses the Hugging Face Mixtral names and shapes", "[trainer][moe]") {

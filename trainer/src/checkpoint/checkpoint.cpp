@@ -686,7 +686,7 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
     if (rank == 0)
       for (int r = 0; r < world.size(); ++r) total_words += recv_counts[static_cast<std::size_t>(r)] = (lens[r] + 7) / 8;
     std::vector<std::int64_t> all(static_cast<std::size_t>(std::max<std::int64_t>(total_words, 1)));
-    world.all_to_all(words.data(), send_counts.data(), all.data(), recv_counts.data(), DType::i64);
+    world.all_to_all(host_buf(words.data(), my_words), send_counts.data(), host_buf(all.data(), total_words), recv_counts.data());
     if (rank == 0) {
       std::int64_t at = 0;
       for (int r = 0; r < world.size(); ++r) {

@@ -122,8 +122,8 @@ void cp_attention_forward(ContextParallel<T>& cp, T* out, T* lse, const T* q, co
     const int s = (r - i + P) % P;
     Request rx, tx;
     if (i < P - 1) {  // the next block travels while this one is computed
-      rx = cp.cp->irecv(cp.kv_recv.data(), 2 * kvn, dtype_of<T>(), cp.prev, kTagKv);
-      tx = cp.cp->isend(cp.kv_send.data(), 2 * kvn, dtype_of<T>(), cp.next, kTagKv);
+      rx = cp.cp->irecv(host_buf(cp.kv_recv.data(), 2 * kvn), cp.prev, kTagKv);
+      tx = cp.cp->isend(host_buf(cp.kv_send.data(), 2 * kvn), cp.next, kTagKv);
     }
     attend_block(cp, out, lse, have, q, cp.kv_send.data(), cp.kv_send.data() + kvn, s, scale);
     rx.wait();
@@ -174,12 +174,12 @@ void cp_attention_backward(ContextParallel<T>& cp, T* dq, T* dk, T* dv, const T*
     const int s = (r - i + P) % P;
     Request rx, tx;
     if (i < P - 1) {
-      rx = cp.cp->irecv(cp.kv_recv.data(), 2 * kvn, dtype_of<T>(), cp.prev, kTagKv);
-      tx = cp.cp->isend(cp.kv_send.data(), 2 * kvn, dtype_of<T>(), cp.next, kTagKv);
+      rx = cp.cp->irecv(host_buf(cp.kv_recv.data(), 2 * kvn), cp.prev, kTagKv);
+      tx = cp.cp->isend(host_buf(cp.kv_send.data(), 2 * kvn), cp.next, kTagKv);
     }
     attend_block_backward(cp, dq, cp.dkv_send.data(), cp.dkv_send.data() + kvn, dout, out, lse, q,
                           cp.kv_send.data(), cp.kv_send.data() + kvn, s, scale);
-    cp.cp->sendrecv(cp.dkv_send.data(), 2 * kvn, cp.next, cp.dkv_recv.data(), 2 * kvn, cp.prev, dtype_of<T>(), kTagDkv);
+    cp.cp->sendrecv(host_buf(cp.dkv_send.data(), 2 * kvn), cp.next, host_buf(cp.dkv_recv.data(), 2 * kvn), cp.prev, kTagDkv);
     std::swap(cp.dkv_send, cp.dkv_recv);
     rx.wait();
     tx.wait();

@@ -35,7 +35,9 @@ std::int64_t exchange_rows(Comm& c, const T* send, const std::vector<std::int64_
     rc[r] = recv_rows[r] * h;
     if (static_cast<int>(r) != c.rank()) bytes += sc[r] * static_cast<std::int64_t>(sizeof(T));
   }
-  c.all_to_all(send, sc.data(), recv, rc.data(), dtype_of<T>());
+  std::int64_t sn = 0, rn = 0;
+  for (std::size_t r = 0; r < sc.size(); ++r) sn += sc[r], rn += rc[r];
+  c.all_to_all(host_buf(send, sn), sc.data(), host_buf(recv, rn), rc.data());
   return bytes;
 }
 
@@ -135,7 +137,7 @@ void moe_forward(const ExpertParallel& ep, const TensorParallel& tp, int layer, 
   a.recv_counts.assign(static_cast<std::size_t>(P) * ep.local, 0);
   {
     std::vector<std::int64_t> c(static_cast<std::size_t>(P), ep.local);
-    ep.ep->all_to_all(counts.data(), c.data(), a.recv_counts.data(), c.data(), DType::i64);
+    ep.ep->all_to_all(host_buf(counts.data(), P * ep.local), c.data(), host_buf(a.recv_counts.data(), P * ep.local), c.data());
   }
   a.send_rows.assign(static_cast<std::size_t>(P), 0);
   a.recv_rows.assign(static_cast<std::size_t>(P), 0);

@@ -86,8 +86,8 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
         const bool grad = a.kind == ActionKind::send_grad;
         Stage<T>& s = stage(a.chunk, a);
         s.hold(a.microbatch,
-               pp_.isend(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden(),
-                         dtype_, peer(a, grad ? prev_ : next_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_)),
+               pp_.isend(host_buf(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden()),
+                         peer(a, grad ? prev_ : next_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_)),
                grad);
         break;
       }
@@ -96,7 +96,7 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
         // Into the consuming chunk's slot: chunk+1 for an activation, chunk−1 for a gradient.
         const bool grad = a.kind == ActionKind::recv_grad;
         Stage<T>& s = stage(grad ? a.chunk - 1 : a.chunk + 1, a);
-        pp_.irecv(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden(), dtype_,
+        pp_.irecv(host_buf(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden()),
                   peer(a, grad ? next_ : prev_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_))
             .wait();
         t.wait_s += seconds_since(t0);

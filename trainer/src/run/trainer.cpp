@@ -242,11 +242,11 @@ std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::assemble(const s
       // An expert's EP rank gives it to the other EP ranks of its stage.
       if (table_.is_expert_unit(static_cast<int>(u))) {
         const int j = (static_cast<int>(u) - table_.expert_unit(0, 0)) % table_.experts;
-        groups_[GroupKind::ep].broadcast(full.data(), static_cast<std::int64_t>(full.size()), dtype_of<T>(),
+        groups_[GroupKind::ep].broadcast(host_buf(full.data(), static_cast<std::int64_t>(full.size())),
                                          j / (table_.experts / grid_.layout().ep));
       }
       // The pipeline rank holding the unit gives it to the others (pp rank r is rank r of the pp group).
-      pp_.broadcast(full.data(), static_cast<std::int64_t>(full.size()), dtype_of<T>(), unit_owner_[u]);
+      pp_.broadcast(host_buf(full.data(), static_cast<std::int64_t>(full.size())), unit_owner_[u]);
       out.emplace_back(t.name, std::move(full));
     }
   }

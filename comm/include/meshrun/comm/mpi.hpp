@@ -23,17 +23,16 @@ class MpiComm final : public Comm {
   MpiComm& operator=(const MpiComm&) = delete;
   int size() const override { return size_; }
   int rank() const override { return rank_; }
-  void all_reduce(void* buf, std::int64_t n, DType t, ReduceOp op) override;
-  void reduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) override;
-  void all_gather(const void* send, void* recv, std::int64_t n, DType t) override;
-  void broadcast(void* buf, std::int64_t n, DType t, int root) override;
-  Request ireduce_scatter(const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) override;
-  Request iall_gather(const void* send, void* recv, std::int64_t n, DType t) override;
-  Request isend(const void* buf, std::int64_t n, DType t, int peer, int tag) override;
-  Request irecv(void* buf, std::int64_t n, DType t, int peer, int tag) override;
+  void all_reduce(Buf buf, ReduceOp op) override;
+  void reduce_scatter(Buf send, Buf recv, ReduceOp op) override;
+  void all_gather(Buf send, Buf recv) override;
+  void broadcast(Buf buf, int root) override;
+  Request ireduce_scatter(Buf send, Buf recv, ReduceOp op) override;
+  Request iall_gather(Buf send, Buf recv) override;
+  Request isend(Buf buf, int peer, int tag) override;
+  Request irecv(Buf buf, int peer, int tag) override;
   int max_tag() const override { return tag_ub_; }
-  void all_to_all(const void* send, const std::int64_t* send_counts, void* recv,
-                  const std::int64_t* recv_counts, DType t) override;
+  void all_to_all(Buf send, const std::int64_t* send_counts, Buf recv, const std::int64_t* recv_counts) override;
   void barrier() override;
   MPI_Comm handle() const { return comm_; }
 

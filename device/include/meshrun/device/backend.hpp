@@ -11,13 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "meshrun/device/buffer.hpp"
 #include "meshrun/kernels/cpu.hpp"
 
 namespace meshrun::device {
-
-enum class DType : std::uint8_t { f32, f64, bf16, i32 };
-const char* dtype_name(DType t);
-std::size_t dtype_size(DType t);
 
 // What a backend stores where (mixed precision). The CPU backend uses one type for everything
 // (training.dtype: fp32 or fp64); the CUDA backend follows training.param_dtype / grad_dtype /
@@ -33,17 +30,6 @@ struct Precision {
   // From the config names; throws std::invalid_argument with one line naming the key and the fix.
   static Precision cuda(const std::string& param_dtype, const std::string& grad_dtype,
                         const std::string& optim_dtype);
-};
-
-// A typed view of backend memory (device memory for CUDA). Views into one allocation are plain copies
-// with an offset (at()); only what alloc() returned is released.
-struct Buf {
-  void* p = nullptr;
-  std::int64_t n = 0;
-  DType t = DType::f32;
-  Buf at(std::int64_t offset, std::int64_t count) const {
-    return {static_cast<char*>(p) + offset * static_cast<std::int64_t>(dtype_size(t)), count, t};
-  }
 };
 
 // One flat shard for the multi-tensor AdamW: master (optim dtype) and moments m, v updated in place from

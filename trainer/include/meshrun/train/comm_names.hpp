@@ -4,12 +4,14 @@
 #include "meshrun/comm/mpi.hpp"
 
 namespace meshrun::train {
+using comm::Buf;
 using comm::Comm;
 using comm::DType;
 using comm::dtype_of;
 using comm::dtype_size;
 using comm::ForwardingComm;
 using comm::Groups;
+using comm::host_buf;
 using comm::LocalComm;
 using comm::make_local_groups;
 using comm::make_mpi_groups;
