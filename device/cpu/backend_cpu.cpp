@@ -1,6 +1,8 @@
 // The CPU backend: host memory and the reference kernels of meshrun/kernels/cpu.hpp, every tensor in
 // one type T (training.dtype). It is the twin every CUDA kernel is checked against.
 #include <algorithm>
+#include <cmath>
+#include <vector>
 #include <cstring>
 #include <stdexcept>
 
@@ -23,7 +25,8 @@ class CpuBackend final : public Backend {
   Precision precision() const override { return Precision::cpu(dtype_of<T>() == DType::f64 ? "fp64" : "fp32"); }
 
   Buf alloc(std::int64_t n, DType t) override {
-    if (t != dtype_of<T>() && t != DType::i32)
+    // The compute type, indices and counts, and fp64 statistics (MoE routing counts) in an fp32 run.
+    if (t != dtype_of<T>() && t != DType::i32 && t != DType::i64 && t != DType::f64)
       throw std::logic_error(std::string("cpu backend: no ") + dtype_name(t) + " buffers");
     return {::operator new(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(t)), n, t};
   }
@@ -35,11 +38,13 @@ class CpuBackend final : public Backend {
   void upload(Buf d, const float* s) override { std::copy(s, s + d.n, f(d)); }
   void upload(Buf d, const double* s) override { std::copy(s, s + d.n, f(d)); }
   void upload(Buf d, const std::int32_t* s) override { std::copy(s, s + d.n, i(d)); }
-  void download(double* d, Buf s) override {
-    if (s.t == DType::i32)
-      std::copy(i(s), i(s) + s.n, d);
-    else
-      std::copy(f(s), f(s) + s.n, d);
+  void download(double* dst, Buf s) override {
+    switch (s.t) {
+      case DType::i32: std::copy(i(s), i(s) + s.n, dst); break;
+      case DType::i64: std::copy(static_cast<const std::int64_t*>(s.p), static_cast<const std::int64_t*>(s.p) + s.n, dst); break;
+      case DType::f64: std::copy(d(s), d(s) + s.n, dst); break;
+      default: std::copy(f(s), f(s) + s.n, dst);
+    }
   }
   void copy(Buf d, Buf s) override { std::copy(f(s), f(s) + s.n, f(d)); }
   void add(Buf y, Buf x) override {
@@ -63,6 +68,13 @@ class CpuBackend final : public Backend {
   void rmsnorm_backward(Buf dx, Buf dw, Buf dy, Buf x, Buf w, Buf rstd, std::int64_t rows, std::int64_t dim,
                         bool acc) override {
     k::rmsnorm_backward(f(dx), f(dw), f(dy), f(x), f(w), f(rstd), rows, dim, store(acc));
+  }
+  void rmsnorm_backward_input(Buf dx, Buf dy, Buf x, Buf w, Buf rstd, std::int64_t rows, std::int64_t dim,
+                              bool acc) override {
+    k::rmsnorm_backward_input(f(dx), f(dy), f(x), f(w), f(rstd), rows, dim, store(acc));
+  }
+  void rmsnorm_backward_weight(Buf dw, Buf dy, Buf x, Buf rstd, std::int64_t rows, std::int64_t dim) override {
+    k::rmsnorm_backward_weight(f(dw), f(dy), f(x), f(rstd), rows, dim);
   }
   void rope_forward(Buf x, Buf pos, std::int64_t t, std::int64_t h, std::int64_t d, double theta) override {
     k::rope_forward(f(x), i(pos), t, h, d, theta);
@@ -110,6 +122,107 @@ class CpuBackend final : public Backend {
                    double scale) override {
     k::ce_backward(f(dl), f(logits), f(m), f(s), i(tg), rows, vl, v0, scale);
   }
+  void gather_rows(Buf dst, Buf src, Buf index, std::int64_t rows, std::int64_t width) override {
+    const std::int32_t* ix = i(index);
+    for (std::int64_t q = 0; q < rows; ++q) {
+      const T* from = f(src) + static_cast<std::int64_t>(ix[q]) * width;
+      std::copy(from, from + width, f(dst) + q * width);
+    }
+  }
+
+  void moe_route(Buf probs, Buf sel, Buf wts, Buf stat, std::int64_t n, int E, int K) override {
+    T* pr = f(probs);
+    std::int32_t* sl = i(sel);
+    T* wt = f(wts);
+    double* st = d(stat);
+    std::vector<double> e(static_cast<std::size_t>(E));
+    std::vector<char> taken(static_cast<std::size_t>(E));
+    for (std::int64_t r = 0; r < n; ++r) {
+      T* p = pr + r * E;
+      double mx = static_cast<double>(p[0]);
+      for (int c = 1; c < E; ++c) mx = std::max(mx, static_cast<double>(p[c]));
+      double sum = 0;
+      for (int c = 0; c < E; ++c) sum += (e[c] = std::exp(static_cast<double>(p[c]) - mx));
+      for (int c = 0; c < E; ++c) p[c] = static_cast<T>(e[c] / sum);
+      std::fill(taken.begin(), taken.end(), 0);
+      T wsum = T(0);
+      for (int kk = 0; kk < K; ++kk) {
+        int best = -1;
+        for (int c = 0; c < E; ++c)
+          if (!taken[c] && (best < 0 || p[c] > p[best])) best = c;  // strict: ties keep the lower index
+        taken[best] = 1;
+        sl[r * K + kk] = best;
+        wt[r * K + kk] = p[best];
+        wsum += p[best];
+        st[best] += 1.0;
+      }
+      for (int kk = 0; kk < K; ++kk) wt[r * K + kk] /= wsum;
+      for (int c = 0; c < E; ++c) st[E + c] += static_cast<double>(p[c]);
+    }
+  }
+  void moe_combine(Buf y, Buf rows, Buf wts, Buf slot, std::int64_t n, int K, std::int64_t h) override {
+    const std::int32_t* sl = i(slot);
+    const T* wt = wts.p ? f(wts) : nullptr;
+    for (std::int64_t r = 0; r < n; ++r) {
+      T* yr = f(y) + r * h;
+      std::fill(yr, yr + h, T(0));
+      for (int kk = 0; kk < K; ++kk) {
+        const std::int32_t q = sl[r * K + kk];
+        if (q < 0) continue;
+        const T* e = f(rows) + static_cast<std::int64_t>(q) * h;
+        if (wt) {
+          const T wk = wt[r * K + kk];
+          for (std::int64_t c = 0; c < h; ++c) yr[c] += wk * e[c];
+        } else {
+          for (std::int64_t c = 0; c < h; ++c) yr[c] += e[c];
+        }
+      }
+    }
+  }
+  void moe_combine_backward(Buf drows, Buf dwts, Buf dy, Buf rows, Buf wts, Buf slot, std::int64_t n, int K,
+                            std::int64_t h) override {
+    const std::int32_t* sl = i(slot);
+    for (std::int64_t r = 0; r < n; ++r)
+      for (int kk = 0; kk < K; ++kk) {
+        const std::int32_t q = sl[r * K + kk];
+        if (q < 0) continue;
+        const T wk = f(wts)[r * K + kk];
+        const T* g = f(dy) + r * h;
+        const T* e = f(rows) + static_cast<std::int64_t>(q) * h;
+        T* dr = f(drows) + static_cast<std::int64_t>(q) * h;
+        double dot = 0;
+        for (std::int64_t c = 0; c < h; ++c) {
+          dr[c] = wk * g[c];
+          dot += static_cast<double>(g[c]) * static_cast<double>(e[c]);
+        }
+        f(dwts)[r * K + kk] = static_cast<T>(dot);
+      }
+  }
+  void moe_router_backward(Buf probs, Buf sel, Buf wts, Buf dwts, Buf aux_grad, std::int64_t n, int E,
+                           int K) override {
+    const std::int32_t* sl = i(sel);
+    const T *wt = f(wts), *dw = f(dwts), *ag = f(aux_grad);
+    std::vector<double> dp(static_cast<std::size_t>(E));
+    for (std::int64_t r = 0; r < n; ++r) {
+      T* p = f(probs) + r * E;
+      double ssum = 0, wdw = 0;
+      for (int kk = 0; kk < K; ++kk) {
+        ssum += static_cast<double>(p[sl[r * K + kk]]);
+        wdw += static_cast<double>(wt[r * K + kk]) * static_cast<double>(dw[r * K + kk]);
+      }
+      for (int c = 0; c < E; ++c) dp[c] = static_cast<double>(ag[c]);
+      for (int kk = 0; kk < K; ++kk) dp[sl[r * K + kk]] += (static_cast<double>(dw[r * K + kk]) - wdw) / ssum;
+      double pdp = 0;
+      for (int c = 0; c < E; ++c) pdp += static_cast<double>(p[c]) * dp[c];
+      for (int c = 0; c < E; ++c) p[c] = static_cast<T>(static_cast<double>(p[c]) * (dp[c] - pdp));
+    }
+  }
+
+  // Every call above has completed when it returns: streams are already in order.
+  Event record(Stream) override { return {}; }
+  void wait(Stream, Event) override {}
+  void release(Event& e) override { e = {}; }
+
   void adamw(std::span<const AdamTensor> ts, const AdamW& hp) override {
     for (const AdamTensor& a : ts) {
       k::adamw_update(f(a.master), f(a.m), f(a.v), f(a.grad), a.master.n, hp);
@@ -127,6 +240,10 @@ class CpuBackend final : public Backend {
     if (b.t != dtype_of<T>()) throw std::logic_error(std::string("cpu backend: expected ") + dtype_name(dtype_of<T>()) +
                                                      ", got " + dtype_name(b.t));
     return static_cast<T*>(b.p);
+  }
+  static double* d(Buf b) {
+    if (b.t != DType::f64) throw std::logic_error("cpu backend: expected an fp64 buffer");
+    return static_cast<double*>(b.p);
   }
   static std::int32_t* i(Buf b) {
     if (b.t != DType::i32) throw std::logic_error("cpu backend: expected an int32 buffer");

@@ -2,7 +2,9 @@
 // a CPU implementation (the reference kernels of kernels/cpu.hpp, in fp32 or fp64) and a CUDA one
 // (device buffers, one compute stream, cuBLASLt GEMMs and hand-written fused kernels; device/cuda/).
 // Every function has the semantics of its namesake in meshrun/kernels/cpu.hpp (shapes, overwrite vs
-// ACCUMULATE, causal GQA, vocab-shard pieces); only the element types differ, as Precision says.
+// ACCUMULATE, causal GQA, vocab-shard pieces); only the element types differ, as Precision says. The
+// operations without a namesake there (rows, mixture-of-experts routing, streams) say theirs below; the
+// CPU backend's implementation of each is the reference its CUDA twin is checked against.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -71,6 +73,11 @@ class Backend {
   // dx (overwrite/accumulate), dw += (grad dtype)
   virtual void rmsnorm_backward(Buf dx, Buf dw, Buf dy, Buf x, Buf w, Buf rstd, std::int64_t rows,
                                 std::int64_t dim, bool accumulate) = 0;
+  // The same in two halves for the zero-bubble split: B (the input gradient) and W (dw +=, grad dtype),
+  // each with the bits of the corresponding half of rmsnorm_backward.
+  virtual void rmsnorm_backward_input(Buf dx, Buf dy, Buf x, Buf w, Buf rstd, std::int64_t rows, std::int64_t dim,
+                                      bool accumulate) = 0;
+  virtual void rmsnorm_backward_weight(Buf dw, Buf dy, Buf x, Buf rstd, std::int64_t rows, std::int64_t dim) = 0;
   virtual void rope_forward(Buf x, Buf pos, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
                             double theta) = 0;
   virtual void rope_backward(Buf dx, Buf pos, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
@@ -95,6 +102,38 @@ class Backend {
   // dlogits (param dtype, feeds the lm_head GEMMs) from logits (stat dtype)
   virtual void ce_backward(Buf dlogits, Buf logits, Buf row_max, Buf sumexp, Buf targets, std::int64_t rows,
                            std::int64_t vl, std::int64_t v0, double scale) = 0;
+  // Rows of `width` elements: dst[i] = src[index[i]] for i < rows (index: int32).
+  virtual void gather_rows(Buf dst, Buf src, Buf index, std::int64_t rows, std::int64_t width) = 0;
+
+  // Mixture of experts (token choice, top-k). Index buffers are int32; stat is fp64.
+  // Router: logits[n, E] become the softmax probabilities in place (computed in double); sel[n, K] the
+  // top-k experts by probability (ties to the lower index), wts[n, K] their probabilities renormalised
+  // to sum 1; stat[0..E) += tokens per expert, stat[E..2E) += Σ probabilities per expert.
+  virtual void moe_route(Buf probs, Buf sel, Buf wts, Buf stat, std::int64_t n, int experts, int top_k) = 0;
+  // Combine: y[r] = Σ_k wts[r, k]·rows[slot[r, k]] (k in order, from 0; slot < 0 skipped) for r < n;
+  // without wts (an empty Buf) every weight is 1. y is overwritten.
+  virtual void moe_combine(Buf y, Buf rows, Buf wts, Buf slot, std::int64_t n, int top_k, std::int64_t h) = 0;
+  // Its backward: drows[slot[r, k]] = wts[r, k]·dy[r] and dwts[r, k] = <dy[r], rows[slot[r, k]]> (the dot
+  // in double); entries with slot < 0 are left as they are.
+  virtual void moe_combine_backward(Buf drows, Buf dwts, Buf dy, Buf rows, Buf wts, Buf slot, std::int64_t n,
+                                    int top_k, std::int64_t h) = 0;
+  // Router backward, in place: probs[n, E] becomes dlogits from the routing weights' gradients dwts[n, K]
+  // (through the renormalisation), the load-balancing loss's constant gradient aux_grad[E] and the softmax.
+  virtual void moe_router_backward(Buf probs, Buf sel, Buf wts, Buf dwts, Buf aux_grad, std::int64_t n, int experts,
+                                   int top_k) = 0;
+
+  // Streams and events. Kernels run in order on the compute stream; a communicator with a stream of its
+  // own (NCCL) runs on `comm`. record(s) marks what s has been given so far; wait(s, e) makes s wait for
+  // that mark before what it is given next. The CPU backend runs every call to completion before it
+  // returns, so there each is already ordered and these do nothing.
+  enum class Stream : std::uint8_t { compute, comm };
+  struct Event {
+    void* handle = nullptr;
+  };
+  virtual Event record(Stream s) = 0;
+  virtual void wait(Stream s, Event e) = 0;
+  virtual void release(Event& e) = 0;
+
   virtual void adamw(std::span<const AdamTensor> tensors, const AdamW& hp) = 0;
   virtual double sum_squares(std::span<const Buf> xs) = 0;   // Σ over all tensors, in double on the host
 
