@@ -56,7 +56,12 @@ struct Setup {
   }();
   LayerDims dims = LayerDims::make(spec, geometry, 1, 0);
   TensorParallel tpc{&tp, false, dims.n, dims.nl, dims.h};
-  LayerWorkspace<double> ws;
+  std::unique_ptr<device::Backend> backend = device::make_cpu_backend("fp64");
+  LayerWorkspace<double> ws = [this] {
+    LayerWorkspace<double> w;
+    w.be = backend.get();
+    return w;
+  }();
   std::vector<std::int32_t> pos{0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
   // The whole model as one pipeline chunk (embedding, both layers, head).
   ContextParallel<double> cpc = [this] {

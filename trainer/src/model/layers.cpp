@@ -3,12 +3,19 @@
 #include <algorithm>
 #include <cmath>
 
-#include "meshrun/kernels/cpu.hpp"
+#include "meshrun/device/backend.hpp"
 
 namespace meshrun::train {
 
-namespace kc = meshrun::kernels::cpu;
-using kc::Store;
+namespace {
+// The layers' tensors are still host arrays here (the stage owns them); each kernel call hands the
+// backend views of them. The CPU backend's memory is host memory, so the views are the arrays.
+template <class T>
+Buf B(const T* p, std::int64_t n) {
+  return host_buf(p, n);
+}
+constexpr bool kAcc = true;
+}  // namespace
 
 LayerDims LayerDims::make(const ModelSpec& m, const BatchGeometry& g, int tp, int tp_rank) {
   LayerDims d;
@@ -75,15 +82,17 @@ std::int64_t LayerWorkspace<T>::bytes() const {
 template <class T>
 void embedding_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
                        const std::int32_t* ids, T* x, LayerWorkspace<T>& ws) {
-  kc::embedding_forward(ws.nh_full.data(), w + ts[0].offset, ids, d.n, d.h, d.v0, d.vl);
+  device::Backend& be = *ws.be;
+  be.embedding_forward(B(ws.nh_full.data(), d.n * d.h), B(w + ts[0].offset, ts[0].numel()), B(ids, d.n), d.n, d.h, d.v0, d.vl);
   tp.reduce_rows(ws.nh_full.data(), x);
 }
 
 template <class T>
 void embedding_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts,
                                T* dw, const std::int32_t* ids, const T* dx, LayerWorkspace<T>& ws) {
+  device::Backend& be = *ws.be;
   tp.gather_rows(dx, ws.nh_full.data());
-  kc::embedding_backward(dw + ts[0].offset, ws.nh_full.data(), ids, d.n, d.h, d.v0, d.vl);
+  be.embedding_backward(B(dw + ts[0].offset, ts[0].numel()), B(ws.nh_full.data(), d.n * d.h), B(ids, d.n), d.n, d.h, d.v0, d.vl);
 }
 
 // ---- decoder layer -----------------------------------------------------------------------------------
@@ -92,87 +101,98 @@ template <class T>
 void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
                      const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* x, const std::int32_t* pos,
                      LayerWorkspace<T>& ws, MoeLayer<T>* moe) {
+  device::Backend& be = *ws.be;
+  const std::int64_t qd = d.hq * d.dh, kvd = d.hkv * d.dh;
+  auto W = [&](int t) { return B(w + ts[t].offset, ts[t].numel()); };
   const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh;
-  std::copy(x, x + nl * h, a.x_in);
-  kc::rmsnorm_forward(a.xn1, a.rstd1, a.x_in, w + ts[kLn1].offset, nl, h, d.norm_eps);
+  be.copy(B(a.x_in, nl * h), B(x, nl * h));
+  be.rmsnorm_forward(B(a.xn1, nl * h), B(a.rstd1, nl), B(a.x_in, nl * h), W(kLn1), nl, h, d.norm_eps);
   const T* xn1 = tp.full_rows(a.xn1, ws.xn_full.data());
-  kc::linear_forward(a.q, xn1, w + ts[kQ].offset, n, h, d.hq * dh);
-  kc::linear_forward(a.k, xn1, w + ts[kK].offset, n, h, d.hkv * dh);
-  kc::linear_forward(a.v, xn1, w + ts[kV].offset, n, h, d.hkv * dh);
-  kc::rope_forward(a.q, pos, n, d.hq, dh, d.rope_theta);
-  kc::rope_forward(a.k, pos, n, d.hkv, dh, d.rope_theta);
+  be.linear_forward(B(a.q, n * qd), B(xn1, n * h), W(kQ), n, h, qd);
+  be.linear_forward(B(a.k, n * kvd), B(xn1, n * h), W(kK), n, h, kvd);
+  be.linear_forward(B(a.v, n * kvd), B(xn1, n * h), W(kV), n, h, kvd);
+  be.rope_forward(B(a.q, n * qd), B(pos, n), n, d.hq, dh, d.rope_theta);
+  be.rope_forward(B(a.k, n * kvd), B(pos, n), n, d.hkv, dh, d.rope_theta);
   cp_attention_forward(cp, a.att, a.lse, a.q, a.k, a.v, pos, 1.0 / std::sqrt(static_cast<double>(dh)));
-  kc::linear_forward(ws.nh_full.data(), a.att, w + ts[kO].offset, n, d.hq * dh, h);
+  be.linear_forward(B(ws.nh_full.data(), n * h), B(a.att, n * qd), W(kO), n, qd, h);
   tp.reduce_rows(ws.nh_full.data(), ws.nh.data());
-  for (std::int64_t i = 0; i < nl * h; ++i) a.x2[i] = a.x_in[i] + ws.nh[i];
-  kc::rmsnorm_forward(a.xn2, a.rstd2, a.x2, w + ts[kLn2].offset, nl, h, d.norm_eps);
+  be.copy(B(a.x2, nl * h), B(a.x_in, nl * h));  // x2 = x_in + attention output: one rounding, as before
+  be.add(B(a.x2, nl * h), B(ws.nh.data(), nl * h));
+  be.rmsnorm_forward(B(a.xn2, nl * h), B(a.rstd2, nl), B(a.x2, nl * h), W(kLn2), nl, h, d.norm_eps);
   if (moe) {
     moe_forward(*moe->ep, tp, moe->layer, ts, w, moe->experts, *moe->ets, *moe->acts, a.xn2, ws.nh.data(), ws.xn_full,
                 ws.nh_full);
   } else {
     const T* xn2 = tp.full_rows(a.xn2, ws.xn_full.data());
-    kc::linear_forward(a.gate, xn2, w + ts[kGate].offset, n, h, d.ffn);
-    kc::linear_forward(a.up, xn2, w + ts[kUp].offset, n, h, d.ffn);
-    kc::swiglu_forward(a.hact, a.gate, a.up, n * d.ffn);
-    kc::linear_forward(ws.nh_full.data(), a.hact, w + ts[kDown].offset, n, d.ffn, h);
+    be.linear_forward(B(a.gate, n * d.ffn), B(xn2, n * h), W(kGate), n, h, d.ffn);
+    be.linear_forward(B(a.up, n * d.ffn), B(xn2, n * h), W(kUp), n, h, d.ffn);
+    be.swiglu_forward(B(a.hact, n * d.ffn), B(a.gate, n * d.ffn), B(a.up, n * d.ffn), n * d.ffn);
+    be.linear_forward(B(ws.nh_full.data(), n * h), B(a.hact, n * d.ffn), W(kDown), n, d.ffn, h);
     tp.reduce_rows(ws.nh_full.data(), ws.nh.data());
   }
-  for (std::int64_t i = 0; i < nl * h; ++i) x[i] = a.x2[i] + ws.nh[i];
+  be.copy(B(x, nl * h), B(a.x2, nl * h));
+  be.add(B(x, nl * h), B(ws.nh.data(), nl * h));
 }
 
 template <class T>
 void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
                             const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* dy,
                             const std::int32_t* pos, LayerWorkspace<T>& ws, MoeLayer<T>* moe) {
+  device::Backend& be = *ws.be;
+  const std::int64_t qd = d.hq * d.dh, kvd = d.hkv * d.dh;
+  auto W = [&](int t) { return B(w + ts[t].offset, ts[t].numel()); };
   const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh;
   // MLP branch.
   tp.gather_rows(dy, a.dmlp);
   if (moe) {
     moe_backward_input(*moe->ep, tp, ts, w, moe->experts, *moe->ets, *moe->acts, a.dmlp, a.dxn2, ws.moe_scratch);
   } else {
-    kc::linear_backward_input(ws.ff.data(), a.dmlp, w + ts[kDown].offset, n, d.ffn, h);
-    kc::swiglu_backward(a.dgate, a.dup, ws.ff.data(), a.gate, a.up, n * d.ffn);
-    kc::linear_backward_input(ws.nh_full.data(), a.dgate, w + ts[kGate].offset, n, h, d.ffn);
-    kc::linear_backward_input(ws.nh_full.data(), a.dup, w + ts[kUp].offset, n, h, d.ffn, Store::accumulate);
+    be.linear_backward_input(B(ws.ff.data(), n * d.ffn), B(a.dmlp, n * h), W(kDown), n, d.ffn, h, false);
+    be.swiglu_backward(B(a.dgate, n * d.ffn), B(a.dup, n * d.ffn), B(ws.ff.data(), n * d.ffn), B(a.gate, n * d.ffn), B(a.up, n * d.ffn), n * d.ffn);
+    be.linear_backward_input(B(ws.nh_full.data(), n * h), B(a.dgate, n * d.ffn), W(kGate), n, h, d.ffn, false);
+    be.linear_backward_input(B(ws.nh_full.data(), n * h), B(a.dup, n * d.ffn), W(kUp), n, h, d.ffn, kAcc);
     tp.reduce_rows(ws.nh_full.data(), a.dxn2);
   }
-  kc::rmsnorm_backward_input(dy, a.dxn2, a.x2, w + ts[kLn2].offset, a.rstd2, nl, h, Store::accumulate);
+  be.rmsnorm_backward_input(B(dy, nl * h), B(a.dxn2, nl * h), B(a.x2, nl * h), W(kLn2), B(a.rstd2, nl), nl, h, kAcc);
   // Attention branch; dy now holds d(x2).
   tp.gather_rows(dy, a.dattn);
-  kc::linear_backward_input(ws.att.data(), a.dattn, w + ts[kO].offset, n, d.hq * dh, h);
-  std::fill(a.dq, a.dq + n * d.hq * dh, T(0));
-  std::fill(a.dk, a.dk + n * d.hkv * dh, T(0));
-  std::fill(a.dv, a.dv + n * d.hkv * dh, T(0));
+  be.linear_backward_input(B(ws.att.data(), n * qd), B(a.dattn, n * h), W(kO), n, qd, h, false);
+  be.zero(B(a.dq, n * qd));
+  be.zero(B(a.dk, n * kvd));
+  be.zero(B(a.dv, n * kvd));
   cp_attention_backward(cp, a.dq, a.dk, a.dv, ws.att.data(), a.att, a.lse, a.q, a.k, a.v, pos,
                         1.0 / std::sqrt(static_cast<double>(dh)));
-  kc::rope_backward(a.dq, pos, n, d.hq, dh, d.rope_theta);
-  kc::rope_backward(a.dk, pos, n, d.hkv, dh, d.rope_theta);
-  kc::linear_backward_input(ws.nh_full.data(), a.dq, w + ts[kQ].offset, n, h, d.hq * dh);
-  kc::linear_backward_input(ws.nh_full.data(), a.dk, w + ts[kK].offset, n, h, d.hkv * dh, Store::accumulate);
-  kc::linear_backward_input(ws.nh_full.data(), a.dv, w + ts[kV].offset, n, h, d.hkv * dh, Store::accumulate);
+  be.rope_backward(B(a.dq, n * qd), B(pos, n), n, d.hq, dh, d.rope_theta);
+  be.rope_backward(B(a.dk, n * kvd), B(pos, n), n, d.hkv, dh, d.rope_theta);
+  be.linear_backward_input(B(ws.nh_full.data(), n * h), B(a.dq, n * qd), W(kQ), n, h, qd, false);
+  be.linear_backward_input(B(ws.nh_full.data(), n * h), B(a.dk, n * kvd), W(kK), n, h, kvd, kAcc);
+  be.linear_backward_input(B(ws.nh_full.data(), n * h), B(a.dv, n * kvd), W(kV), n, h, kvd, kAcc);
   tp.reduce_rows(ws.nh_full.data(), a.dxn1);
-  kc::rmsnorm_backward_input(dy, a.dxn1, a.x_in, w + ts[kLn1].offset, a.rstd1, nl, h, Store::accumulate);
+  be.rmsnorm_backward_input(B(dy, nl * h), B(a.dxn1, nl * h), B(a.x_in, nl * h), W(kLn1), B(a.rstd1, nl), nl, h, kAcc);
 }
 
 template <class T>
 void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
                              DecoderActs<T>& a, LayerWorkspace<T>& ws, MoeLayer<T>* moe) {
-  const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh;
+  device::Backend& be = *ws.be;
+  const std::int64_t qd = d.hq * d.dh, kvd = d.hkv * d.dh;
+  auto G = [&](int t) { return B(dw + ts[t].offset, ts[t].numel()); };
+  const std::int64_t n = d.n, nl = d.nl, h = d.h;
   const T* xn2 = tp.full_rows(a.xn2, ws.xn_full.data());  // sequence parallel: gathered again, as Megatron-SP does
   if (moe) {
     moe_router_backward_weight(*moe->ep, ts, dw, *moe->acts, xn2, n, h);  // experts: Stage, unit by unit
   } else {
-    kc::linear_backward_weight(dw + ts[kDown].offset, a.dmlp, a.hact, n, d.ffn, h);
-    kc::linear_backward_weight(dw + ts[kGate].offset, a.dgate, xn2, n, h, d.ffn);
-    kc::linear_backward_weight(dw + ts[kUp].offset, a.dup, xn2, n, h, d.ffn);
+    be.linear_backward_weight(G(kDown), B(a.dmlp, n * h), B(a.hact, n * d.ffn), n, d.ffn, h);
+    be.linear_backward_weight(G(kGate), B(a.dgate, n * d.ffn), B(xn2, n * h), n, h, d.ffn);
+    be.linear_backward_weight(G(kUp), B(a.dup, n * d.ffn), B(xn2, n * h), n, h, d.ffn);
   }
-  kc::rmsnorm_backward_weight(dw + ts[kLn2].offset, a.dxn2, a.x2, a.rstd2, nl, h);
-  kc::linear_backward_weight(dw + ts[kO].offset, a.dattn, a.att, n, d.hq * dh, h);
+  be.rmsnorm_backward_weight(G(kLn2), B(a.dxn2, nl * h), B(a.x2, nl * h), B(a.rstd2, nl), nl, h);
+  be.linear_backward_weight(G(kO), B(a.dattn, n * h), B(a.att, n * qd), n, qd, h);
   const T* xn1 = tp.full_rows(a.xn1, ws.xn_full.data());
-  kc::linear_backward_weight(dw + ts[kQ].offset, a.dq, xn1, n, h, d.hq * dh);
-  kc::linear_backward_weight(dw + ts[kK].offset, a.dk, xn1, n, h, d.hkv * dh);
-  kc::linear_backward_weight(dw + ts[kV].offset, a.dv, xn1, n, h, d.hkv * dh);
-  kc::rmsnorm_backward_weight(dw + ts[kLn1].offset, a.dxn1, a.x_in, a.rstd1, nl, h);
+  be.linear_backward_weight(G(kQ), B(a.dq, n * qd), B(xn1, n * h), n, h, qd);
+  be.linear_backward_weight(G(kK), B(a.dk, n * kvd), B(xn1, n * h), n, h, kvd);
+  be.linear_backward_weight(G(kV), B(a.dv, n * kvd), B(xn1, n * h), n, h, kvd);
+  be.rmsnorm_backward_weight(G(kLn1), B(a.dxn1, nl * h), B(a.x_in, nl * h), B(a.rstd1, nl), nl, h);
   // Under sequence parallelism each rank saw only its rows: complete the norm-weight gradients.
   tp.sum_replicated_grad(dw + ts[kLn1].offset, h);
   tp.sum_replicated_grad(dw + ts[kLn2].offset, h);
@@ -183,22 +203,27 @@ void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const
 template <class T>
 double head_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
                     HeadActs<T>& a, const T* x, const std::int32_t* targets, LayerWorkspace<T>& ws) {
+  device::Backend& be = *ws.be;
+  auto W = [&](int t) { return B(w + ts[t].offset, ts[t].numel()); };
   const std::int64_t n = d.n, nl = d.nl, h = d.h;
-  std::copy(x, x + nl * h, a.xf_in);
-  kc::rmsnorm_forward(ws.nh.data(), a.rstd, a.xf_in, w + ts[0].offset, nl, h, d.norm_eps);
+  be.copy(B(a.xf_in, nl * h), B(x, nl * h));
+  be.rmsnorm_forward(B(ws.nh.data(), nl * h), B(a.rstd, nl), B(a.xf_in, nl * h), W(0), nl, h, d.norm_eps);
   tp.gather_rows(ws.nh.data(), a.xf);
-  kc::linear_forward(a.logits, a.xf, w + ts[1].offset, n, h, d.vl);
+  be.linear_forward(B(a.logits, n * d.vl), B(a.xf, n * h), W(1), n, h, d.vl);
   // Vocab-parallel cross-entropy from per-shard pieces (kernels/cpu.hpp).
   const bool split = tp.size() > 1;
-  kc::ce_row_max(a.ce_max, a.logits, n, d.vl);
+  be.ce_row_max(B(a.ce_max, n), B(a.logits, n * d.vl), n, d.vl);
   if (split) tp.tp->all_reduce(a.ce_max, n, ReduceOp::max);
-  kc::ce_row_sumexp(a.ce_sum, a.logits, a.ce_max, n, d.vl);
+  be.ce_row_sumexp(B(a.ce_sum, n), B(a.logits, n * d.vl), B(a.ce_max, n), n, d.vl);
   if (split) tp.tp->all_reduce(a.ce_sum, n);
-  kc::ce_target_logit(a.ce_tgt, a.logits, targets, n, d.vl, d.v0);
+  be.ce_target_logit(B(a.ce_tgt, n), B(a.logits, n * d.vl), B(targets, n), n, d.vl, d.v0);
   if (split) tp.tp->all_reduce(a.ce_tgt, n);
-  kc::ce_row_loss(a.ce_loss, a.ce_max, a.ce_sum, a.ce_tgt, targets, n);
+  be.ce_row_loss(B(a.ce_loss, n), B(a.ce_max, n), B(a.ce_sum, n), B(a.ce_tgt, n), B(targets, n), n);
+  // Σ in row order, in double, on the host (the backend hands the per-row losses over).
+  std::vector<double> rows(static_cast<std::size_t>(n));
+  be.download(rows.data(), B(a.ce_loss, n));
   double sum = 0;
-  for (std::int64_t r = 0; r < n; ++r) sum += static_cast<double>(a.ce_loss[r]);
+  for (std::int64_t r = 0; r < n; ++r) sum += rows[static_cast<std::size_t>(r)];
   return sum;
 }
 
@@ -206,18 +231,22 @@ template <class T>
 void head_backward_input(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
                          HeadActs<T>& a, const std::int32_t* targets, double loss_scale, T* dx,
                          LayerWorkspace<T>& ws) {
+  device::Backend& be = *ws.be;
+  auto W = [&](int t) { return B(w + ts[t].offset, ts[t].numel()); };
   const std::int64_t n = d.n, h = d.h;
-  kc::ce_backward(a.logits, a.logits, a.ce_max, a.ce_sum, targets, n, d.vl, d.v0, loss_scale);
-  kc::linear_backward_input(ws.nh_full.data(), a.logits, w + ts[1].offset, n, h, d.vl);
+  be.ce_backward(B(a.logits, n * d.vl), B(a.logits, n * d.vl), B(a.ce_max, n), B(a.ce_sum, n), B(targets, n), n, d.vl, d.v0, loss_scale);
+  be.linear_backward_input(B(ws.nh_full.data(), n * h), B(a.logits, n * d.vl), W(1), n, h, d.vl, false);
   tp.reduce_rows(ws.nh_full.data(), a.dxf);
-  kc::rmsnorm_backward_input(dx, a.dxf, a.xf_in, w + ts[0].offset, a.rstd, d.nl, h);
+  be.rmsnorm_backward_input(B(dx, d.nl * h), B(a.dxf, d.nl * h), B(a.xf_in, d.nl * h), W(0), B(a.rstd, d.nl), d.nl, h, false);
 }
 
 template <class T>
 void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
-                          HeadActs<T>& a, LayerWorkspace<T>&) {
-  kc::linear_backward_weight(dw + ts[1].offset, a.logits, a.xf, d.n, d.h, d.vl);
-  kc::rmsnorm_backward_weight(dw + ts[0].offset, a.dxf, a.xf_in, a.rstd, d.nl, d.h);
+                          HeadActs<T>& a, LayerWorkspace<T>& ws) {
+  device::Backend& be = *ws.be;
+  auto G = [&](int t) { return B(dw + ts[t].offset, ts[t].numel()); };
+  be.linear_backward_weight(G(1), B(a.logits, d.n * d.vl), B(a.xf, d.n * d.h), d.n, d.h, d.vl);
+  be.rmsnorm_backward_weight(G(0), B(a.dxf, d.nl * d.h), B(a.xf_in, d.nl * d.h), B(a.rstd, d.nl), d.nl, d.h);
   tp.sum_replicated_grad(dw + ts[0].offset, d.h);
 }
 

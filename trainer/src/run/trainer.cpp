@@ -111,6 +111,8 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       dims_(LayerDims::make(cfg.model, geometry_, grid.layout().tp, coord_.tp)),
       tpctx_{&tp_, geometry_.sequence_parallel, dims_.n, dims_.nl, dims_.h} {
   const Layout& l = grid.layout();
+  backend_ = device::make_cpu_backend(std::is_same_v<T, double> ? "fp64" : "fp32");
+  ws_.be = backend_.get();
   ws_.resize(dims_, tpctx_.gathers());
   const std::vector<std::int32_t> seq_pos = geometry_.cp_positions(coord_.cp);
   for (std::int64_t b = 0; b < geometry_.micro_batch_size; ++b) pos_.insert(pos_.end(), seq_pos.begin(), seq_pos.end());

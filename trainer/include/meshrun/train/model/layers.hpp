@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshrun/device/backend.hpp"
 #include "meshrun/geometry.hpp"
 #include "meshrun/job.hpp"
 #include "meshrun/train/parallel/context_parallel.hpp"
@@ -67,6 +68,7 @@ struct HeadActs {
 // Scratch shared by every unit of a rank (nothing in it lives from one call to the next).
 template <class T>
 struct LayerWorkspace {
+  device::Backend* be = nullptr;  // every kernel call of the layers goes through it
   std::vector<T> nh, nh_full, ff, att, xn_full, moe_scratch;
   void resize(const LayerDims& d, bool sequence_parallel);
   std::int64_t bytes() const;

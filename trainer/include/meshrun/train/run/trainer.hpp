@@ -126,6 +126,7 @@ class Trainer {
   TensorParallel tpctx_;
   MoeStats moe_stats_;
   ExpertParallel epctx_;
+  std::unique_ptr<device::Backend> backend_;  // the kernels every layer calls (CPU: training.dtype)
   LayerWorkspace<T> ws_;
   ContextParallel<T> cpctx_;
   std::vector<std::int32_t> pos_;        // global positions of a micro-batch's rows on this rank
