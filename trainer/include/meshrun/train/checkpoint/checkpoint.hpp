@@ -56,11 +56,8 @@ struct CheckpointInfo {
   int files = 0;
 };
 
-// Test hook for crash safety: MESHRUN_CKPT_KILL="STEP:RANK:POINT[:K]" makes rank RANK raise SIGKILL during
-// the save of step STEP at its K-th (default 1st) crash point named POINT, after printing one line to
-// stderr. Points: shard (after each piece is written), shard-fsync, gathered, manifest (half written),
-// manifest-fsync, renamed, latest-tmp, latest, pruned. Unset: no effect. MESHRUN_CKPT_FAIL (same syntax)
-// raises a CheckpointError there instead, as a failed write would (points up to latest-tmp).
+// The crash points of the save, in order, for the MESHRUN_CKPT_KILL / MESHRUN_CKPT_FAIL test hook
+// (described in src/checkpoint/fault_points.hpp).
 std::vector<std::string> crash_point_names();
 
 // Collective over the trainer's world: writes DIR/step-N as described above and keeps the newest `keep`

@@ -1,0 +1,316 @@
+// The format: file names, the manifest (written by the save, parsed with one-line errors by everything
+// that reads a checkpoint) and shard reading with its size, header and hash checks.
+#include "manifest.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <type_traits>
+
+#include "file_io.hpp"
+#include "json_read.hpp"
+#include "meshrun/bounded_file.hpp"
+#include "meshrun/train/checkpoint/safetensors.hpp"
+
+namespace meshrun::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace ckpt {
+
+std::string step_name(int step) { return "step-" + std::to_string(step); }
+std::string shard_name(int rank) {
+  char b[40];
+  std::snprintf(b, sizeof b, "rank-%05d.safetensors", rank);
+  return b;
+}
+
+std::string piece_key(const std::string& tensor, int kind) {
+  return kind == 0 ? tensor : std::string("optimizer.") + kKinds[kind] + "." + tensor;
+}
+
+json layout_json(const Layout& l, const JobConfig& cfg) {
+  return json{{"tp", l.tp},
+              {"cp", l.cp},
+              {"pp", l.pp},
+              {"dp", l.dp},
+              {"ep", l.ep},
+              {"virtual_stages", l.virtual_stages},
+              {"zero_stage", l.zero_stage},
+              {"sequence_parallel", l.sequence_parallel},
+              {"order", l.order.str()},
+              {"pipeline_schedule", cfg.parallel.pipeline_schedule},
+              {"micro_batch_size", cfg.training.micro_batch_size},
+              {"world", l.world()}};
+}
+
+// The settings a resumed run must share with the saved one, as (section, key, value).
+json must_match(const JobConfig& c, std::int64_t data_tokens) {
+  const ModelSpec& m = c.model;
+  const TrainingSpec& t = c.training;
+  return json{{"model",
+               {{"layers", m.layers},
+                {"hidden", m.hidden},
+                {"ffn_hidden", m.ffn_hidden},
+                {"heads", m.heads},
+                {"kv_heads", m.kv_heads},
+                {"vocab", m.vocab},
+                {"mlp", m.mlp},
+                {"tied_embeddings", m.tied_embeddings},
+                {"experts", m.experts},
+                {"rope_theta", m.rope_theta},
+                {"norm_eps", m.norm_eps}}},
+              {"training",
+               {{"dtype", t.dtype},
+                {"seq_len", t.seq_len},
+                {"global_batch_size", t.global_batch_size},
+                {"steps", t.steps},
+                {"lr", t.lr},
+                {"min_lr", t.min_lr},
+                {"warmup_steps", t.warmup_steps},
+                {"weight_decay", t.weight_decay},
+                {"beta1", t.beta1},
+                {"beta2", t.beta2},
+                {"adam_eps", t.adam_eps},
+                {"grad_clip", t.grad_clip},
+                {"seed", t.seed}}},
+              {"data", {{"shuffle", c.data.shuffle}, {"token_dtype", c.data.token_dtype}, {"tokens", data_tokens}}}};
+}
+
+namespace {
+
+json read_json_file(const std::string& path) {
+  if (!std::ifstream(path)) throw CheckpointError("cannot read " + path + "; the checkpoint directory is incomplete");
+  // A manifest is a few KiB per rank; a larger file is not one. read_bounded_file sizes its buffer from the
+  // file, so a resume does not allocate the limit.
+  constexpr size_t kMaxManifest = size_t(256) << 20;
+  std::string text, error;
+  if (!read_bounded_file(path, kMaxManifest, "checkpoint manifest", &text, &error))
+    throw CheckpointError(error + "; the checkpoint is damaged: remove it or point latest at an older step");
+  try {
+    return parse_json_bounded<CheckpointError>(text, path);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(std::string(e.what()) + "; the checkpoint is damaged: remove it or point latest at an older step");
+  }
+}
+
+// A field of the manifest, with a one-line error naming it when it is missing or of the wrong type.
+// Integers must be integers in range (never a float truncated or a large value wrapped).
+template <class V>
+V field(const json& j, const std::string& key, const std::string& where, const std::string& file) {
+  if (!j.is_object() || !j.contains(key))
+    throw CheckpointError(file + ": " + where + key + " is missing; the manifest is damaged or from another tool");
+  const json& v = j.at(key);
+  auto wrong = [&] { return CheckpointError(file + ": " + where + key + " has the wrong type (" + json_snippet(v) + ")"); };
+  if constexpr (std::is_same_v<V, int> || std::is_same_v<V, std::int64_t>) {
+    const auto n = json_int(v, std::numeric_limits<V>::min(), std::numeric_limits<V>::max());
+    if (!n) throw wrong();
+    return static_cast<V>(*n);
+  } else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) {
+    if (!v.is_array()) throw wrong();
+    V out;
+    for (const json& x : v) {
+      const auto n = json_int(x, std::numeric_limits<std::int64_t>::min());
+      if (!n) throw wrong();
+      out.push_back(*n);
+    }
+    return out;
+  } else {
+    try {
+      return v.get<V>();
+    } catch (const json::exception&) {
+      throw wrong();
+    }
+  }
+}
+
+}  // namespace
+
+ShardReader::ShardReader(const std::string& path, std::int64_t expected_bytes, const std::string& first_tensor) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY);
+  if (fd_ < 0) throw CheckpointError(path + ": cannot open shard (" + errno_text() + "); the checkpoint is incomplete");
+  struct stat sb{};
+  ::fstat(fd_, &sb);
+  size_ = static_cast<std::int64_t>(sb.st_size);
+  auto wrong_size = [&](const std::string& tensor) {
+    return CheckpointError(path + ": tensor " + tensor + ": the shard has " + std::to_string(size_) +
+                           " bytes but the manifest records " + std::to_string(expected_bytes) +
+                           (size_ < expected_bytes ? ": the shard is truncated" : ": the shard was replaced") +
+                           "; restore it or resume from an older step");
+  };
+  if (size_ != expected_bytes && size_ < 8) throw wrong_size(first_tensor);
+  unsigned char len[8];
+  if (::pread(fd_, len, 8, 0) != 8) throw CheckpointError(path + ": tensor " + first_tensor + ": no safetensors header");
+  std::uint64_t n = 0;
+  for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
+  if (n > static_cast<std::uint64_t>(size_ - 8)) {
+    if (size_ != expected_bytes) throw wrong_size(first_tensor);
+    throw CheckpointError(path + ": tensor " + first_tensor + ": the safetensors header runs past the end of the file");
+  }
+  std::string header(static_cast<std::size_t>(n), '\0');
+  if (::pread(fd_, header.data(), n, 8) != static_cast<ssize_t>(n)) throw CheckpointError(path + ": cannot read the header");
+  payload_ = 8 + n;
+  // Checked against the size the manifest records, so a truncated shard still names its lost tensor below.
+  const std::uint64_t payload_bytes = static_cast<std::uint64_t>(std::max(expected_bytes, size_)) - payload_;
+  try {
+    const SafetensorsHeader parsed = parse_safetensors_header(header, payload_bytes, path);
+    for (const auto& [k, t] : parsed.tensors) entries_[k] = ShardEntry{t.dtype, t.shape, t.begin, t.end};
+  } catch (const SafetensorsError& e) {
+    throw CheckpointError(std::string(e.what()) + "; restore the shard or resume from an older step");
+  }
+  if (size_ != expected_bytes) {  // name the first tensor whose bytes are gone (or the first one)
+    std::string tensor = first_tensor;
+    std::uint64_t first_end = ~0ULL;
+    for (const auto& [k, e] : entries_)
+      if (payload_ + e.end > static_cast<std::uint64_t>(size_) && e.begin < first_end) {
+        first_end = e.begin;
+        tensor = k;
+      }
+    throw wrong_size(tensor);
+  }
+}
+
+ShardReader::~ShardReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string ShardReader::read(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) throw CheckpointError(path_ + ": tensor " + key + " is listed in the manifest but missing from the shard");
+  const ShardEntry& e = it->second;
+  const std::size_t es = dtype == "F64" ? 8 : 4;
+  if (e.dtype != dtype || e.shape != std::vector<std::int64_t>{numel} || e.end < e.begin ||
+      e.end - e.begin != static_cast<std::uint64_t>(numel) * es)
+    throw CheckpointError(path_ + ": tensor " + key + ": header says " + e.dtype + " " + shape_text(e.shape) +
+                          " but the manifest records " + dtype + " [" + std::to_string(numel) + "]");
+  if (payload_ + e.end > static_cast<std::uint64_t>(size_))
+    throw CheckpointError(path_ + ": tensor " + key + ": payload truncated");
+  std::string bytes(e.end - e.begin, '\0');
+  if (::pread(fd_, bytes.data(), bytes.size(), static_cast<off_t>(payload_ + e.begin)) != static_cast<ssize_t>(bytes.size()))
+    throw CheckpointError(path_ + ": tensor " + key + ": short read");
+  if (hex64(hash_bytes(bytes.data(), bytes.size())) != hash)
+    throw CheckpointError(path_ + ": tensor " + key + ": contents do not match the manifest's hash (the shard was modified or damaged); restore it or resume from an older step");
+  return bytes;
+}
+
+Manifest read_manifest(const std::string& path) {
+  Manifest m;
+  m.path = path;
+  m.file = (fs::path(path) / "manifest.json").string();
+  m.root = read_json_file(m.file);
+  const json& r = m.root;
+  if (field<std::string>(r, "format", "", m.file) != "meshrun-checkpoint")
+    throw CheckpointError(m.file + ": format is not \"meshrun-checkpoint\"; this is not a meshrun checkpoint");
+  const int version = field<int>(r, "version", "", m.file);
+  if (version != kCheckpointFormatVersion)
+    throw CheckpointError(m.file + ": format version " + std::to_string(version) + ", this meshrun-train reads version " +
+                          std::to_string(kCheckpointFormatVersion));
+  m.step = field<int>(r, "step", "", m.file);
+  m.dtype = field<std::string>(r, "dtype", "", m.file);
+  if (m.dtype != "F32" && m.dtype != "F64") throw CheckpointError(m.file + ": dtype \"" + m.dtype + "\" is not F32 or F64");
+  for (const json& t : field<json>(r, "tensors", "", m.file)) {
+    const std::string name = field<std::string>(t, "name", "tensors[].", m.file);
+    const auto shape = field<std::vector<std::int64_t>>(t, "shape", "tensor " + name + ": ", m.file);
+    // Dimensions below 2^31 keep every element index and slice product far inside int64.
+    if (shape.empty() || shape.size() > 2 || std::any_of(shape.begin(), shape.end(), [](std::int64_t d) { return d < 1 || d >= (std::int64_t{1} << 31); }))
+      throw CheckpointError(m.file + ": tensor " + name + ": shape " + shape_text(shape) + " is not 1 or 2 dimensions in [1, 2^31)");
+    m.shapes[name] = shape;
+    m.order.push_back(name);
+  }
+  for (const json& f : field<json>(r, "files", "", m.file)) {
+    ManifestFile mf;
+    mf.name = field<std::string>(f, "file", "files[].", m.file);
+    if (mf.name.find('/') != std::string::npos || mf.name.empty() || mf.name[0] == '.')
+      throw CheckpointError(m.file + ": shard file name \"" + mf.name + "\" is not a plain file name");
+    mf.bytes = field<std::int64_t>(f, "bytes", mf.name + ": ", m.file);
+    for (const json& p : field<json>(f, "pieces", mf.name + ": ", m.file)) {
+      ManifestPiece mp;
+      const std::string w = mf.name + ": piece ";
+      mp.tensor = field<std::string>(p, "tensor", w, m.file);
+      const std::string kind = field<std::string>(p, "kind", w + mp.tensor + " ", m.file);
+      mp.kind = kind == "param" ? 0 : kind == "exp_avg" ? 1 : kind == "exp_avg_sq" ? 2 : -1;
+      if (mp.kind < 0) throw CheckpointError(m.file + ": " + mf.name + ": tensor " + mp.tensor + ": unknown kind \"" + kind + "\"");
+      mp.key = field<std::string>(p, "key", w + mp.tensor + " ", m.file);
+      mp.hash = field<std::string>(p, "hash", w + mp.tensor + " ", m.file);
+      const auto block = field<std::vector<std::int64_t>>(p, "block", w + mp.tensor + " ", m.file);
+      const auto range = field<std::vector<std::int64_t>>(p, "range", w + mp.tensor + " ", m.file);
+      auto it = m.shapes.find(mp.tensor);
+      if (block.size() != 4 || range.size() != 2 || it == m.shapes.end())
+        throw CheckpointError(m.file + ": " + mf.name + ": tensor " + mp.tensor + ": bad block/range or tensor not in \"tensors\"");
+      mp.row0 = block[0];
+      mp.col0 = block[1];
+      mp.rows = block[2];
+      mp.cols = block[3];
+      mp.a = range[0];
+      mp.b = range[1];
+      const std::int64_t R = it->second.at(0), C = it->second.size() > 1 ? it->second[1] : 1;
+      if (mp.row0 < 0 || mp.col0 < 0 || mp.rows <= 0 || mp.cols <= 0 || mp.rows > R - mp.row0 || mp.cols > C - mp.col0 ||
+          mp.a < 0 || mp.b <= mp.a || mp.b > mp.rows * mp.cols)
+        throw CheckpointError(m.file + ": " + mf.name + ": tensor " + mp.tensor + ": slice lies outside the tensor's shape " +
+                              shape_text(it->second));
+      mf.pieces.push_back(std::move(mp));
+    }
+    m.files.push_back(std::move(mf));
+  }
+  return m;
+}
+
+bool overlaps(const ManifestPiece& p, std::int64_t r0, std::int64_t c0, std::int64_t lr, std::int64_t lc) {
+  const std::int64_t first_row = p.row0 + p.a / p.cols, last_row = p.row0 + (p.b - 1) / p.cols;
+  return first_row < r0 + lr && last_row >= r0 && p.col0 < c0 + lc && p.col0 + p.cols > c0;
+}
+
+void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_tokens) {
+  const json want = must_match(cfg, data_tokens);
+  for (const auto& [section, keys] : want.items()) {
+    const json& have = field<json>(m.root, section, "", m.file);
+    for (const auto& [key, v] : keys.items()) {
+      if (section == "data" && key == "tokens" && v.get<std::int64_t>() < 0) continue;
+      const json& saved = field<json>(have, key, section + ".", m.file);
+      if (saved != v) {
+        const std::string name = section == "data" && key == "tokens" ? "the token file's length (data.path)" : section + "." + key;
+        throw CheckpointError(m.file + ": " + name + " = " + saved.dump() + " in the checkpoint but " + v.dump() +
+                              " in this run; resume with the saved value or use another checkpoint.dir");
+      }
+    }
+  }
+}
+
+}  // namespace ckpt
+
+using namespace ckpt;
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  const Manifest m = read_manifest(path);
+  CheckpointInfo info;
+  info.path = path;
+  info.step = m.step;
+  info.consumed_samples = field<std::int64_t>(m.root, "consumed_samples", "", m.file);
+  info.dtype = m.dtype;
+  const json& l = field<json>(m.root, "layout", "", m.file);
+  info.layout.tp = field<int>(l, "tp", "layout.", m.file);
+  info.layout.cp = field<int>(l, "cp", "layout.", m.file);
+  info.layout.pp = field<int>(l, "pp", "layout.", m.file);
+  info.layout.dp = field<int>(l, "dp", "layout.", m.file);
+  info.layout.ep = field<int>(l, "ep", "layout.", m.file);
+  info.layout.virtual_stages = field<int>(l, "virtual_stages", "layout.", m.file);
+  info.layout.zero_stage = field<int>(l, "zero_stage", "layout.", m.file);
+  info.layout.sequence_parallel = field<bool>(l, "sequence_parallel", "layout.", m.file);
+  char b[256];
+  std::snprintf(b, sizeof b, "tp=%d cp=%d pp=%d dp=%d ep=%d virtual_stages=%d zero=%d sp=%s order=%s",
+                info.layout.tp, info.layout.cp, info.layout.pp, info.layout.dp, info.layout.ep,
+                info.layout.virtual_stages, info.layout.zero_stage, info.layout.sequence_parallel ? "on" : "off",
+                field<std::string>(l, "order", "layout.", m.file).c_str());
+  info.layout_text = b;
+  for (const std::string& n : m.order) info.tensors.emplace_back(n, m.shapes.at(n));
+  info.files = static_cast<int>(m.files.size());
+  return info;
+}
+
+}  // namespace meshrun::train

@@ -1,0 +1,76 @@
+#include "step_log.hpp"
+
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+namespace meshrun::train::cli {
+
+namespace {
+
+std::int64_t max_rss_bytes() {
+  struct rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace
+
+std::string mib(std::int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return b;
+}
+
+void print_run_banner(const JobConfig& cfg, const Layout& layout, std::int64_t params, PipelineSchedule schedule,
+                      std::int64_t microbatches) {
+  std::printf("meshrun-train: %s, %lld parameters, %s; layout tp=%d pp=%d dp=%d zero=%d sp=%s on %d ranks (%s)\n",
+              cfg.model.name.c_str(), static_cast<long long>(params), cfg.training.dtype.c_str(),
+              layout.tp, layout.pp, layout.dp, layout.zero_stage, layout.sequence_parallel ? "on" : "off",
+              static_cast<int>(layout.world()), layout.order.str().c_str());
+  if (layout.pp > 1)
+    std::printf("meshrun-train: pipeline %s, %d stages × %d virtual, %lld micro-batches per step\n",
+                pipeline_schedule_name(schedule), layout.pp, layout.virtual_stages,
+                static_cast<long long>(microbatches));
+  std::fflush(stdout);
+}
+
+void print_step(const StepStats& st, const JobConfig& cfg, bool first) {
+  std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step", st.step,
+              cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, st.ms);
+  if (cfg.model.experts > 0)
+    std::printf(" | aux %.5f | expert tokens max %.0f mean %.1f | a2a %s", st.aux_loss, st.expert_tokens_max,
+                st.expert_tokens_mean, mib(st.a2a_bytes).c_str());
+  std::printf("\n");
+  if (cfg.model.experts > 0 && (first || st.step == cfg.training.steps)) {  // per-expert load
+    std::string load;
+    for (std::size_t i = 0; i < st.expert_tokens.size(); ++i)
+      load += (i % cfg.model.experts ? " " : i ? " | " : "") + std::to_string(std::llround(st.expert_tokens[i]));
+    std::printf("meshrun-train: step %d assignments per expert (layers 0..%d): %s\n", st.step,
+                cfg.model.layers - 1, load.c_str());
+  }
+}
+
+void print_memory(const MemoryReport& m, int zero_stage, std::int64_t activation_bytes) {
+  std::printf("meshrun-train: memory per rank (ZeRO-%d): params %s, grads %s, optimizer %s, transient peak %s, "
+              "total %s; activations %s; process max RSS %s\n",
+              zero_stage, mib(m.params).c_str(), mib(m.grads).c_str(), mib(m.optimizer).c_str(),
+              mib(m.transient_peak).c_str(), mib(m.total()).c_str(),
+              mib(activation_bytes).c_str(), mib(max_rss_bytes()).c_str());
+}
+
+void print_checkpoint_committed(const SaveResult& r, int step, int signal_lead_s) {
+  std::string removed;
+  for (const auto& p : r.removed) removed += (removed.empty() ? "; removed " : ", ") + std::filesystem::path(p).filename().string();
+  std::printf("meshrun-train: checkpoint committed: %s (%d shards, %s, %.3f s); latest = step-%d%s\n", r.path.c_str(),
+              r.files, mib(r.bytes_total).c_str(), r.seconds, step, removed.c_str());
+  if (r.seconds > signal_lead_s)
+    std::printf("meshrun-train: warning: this save took %.1f s, longer than checkpoint.signal_lead_s = %d s; a save "
+                "asked for by the signal may not finish before the time limit: raise checkpoint.signal_lead_s\n",
+                r.seconds, signal_lead_s);
+  std::fflush(stdout);
+}
+
+}  // namespace meshrun::train::cli
