@@ -1,4 +1,5 @@
-// The CUDA backend: device buffers, one compute stream, cuBLASLt for every matrix product (bf16 or fp32
+// The CUDA backend: device buffers, a compute stream (every kernel) and a comm stream (a communicator's,
+// ordered against compute by record/wait events), cuBLASLt for every matrix product (bf16 or fp32
 // inputs, CUBLAS_COMPUTE_32F accumulation, C/D in bf16 or fp32 with beta = 1 for accumulating outputs),
 // the hand-written kernels of kernels.cu for the rest, and CUDA-event timers per kernel kind.
 #include <cublasLt.h>
@@ -47,6 +48,19 @@ const std::int32_t* i32(Buf b) {
 void same(Buf a, Buf b, const char* what) {
   if (a.t != b.t) throw std::logic_error(std::string("cuda backend: ") + what + ": mixed " + dtype_name(a.t) + "/" + dtype_name(b.t));
 }
+std::int32_t* i32w(Buf b) { return const_cast<std::int32_t*>(i32(b)); }
+// The storage of an operation's float operand that must be fp32 or bf16, refused otherwise naming the op.
+ck::St st_of(Buf b, const char* op, const char* what) {
+  if (b.t != DType::f32 && b.t != DType::bf16)
+    throw std::logic_error(std::string("cuda backend: ") + op + ": " + what + " must be fp32 or bf16, got " +
+                           dtype_name(b.t));
+  return st(b.t);
+}
+const std::int32_t* i32_of(Buf b, const char* op, const char* what) {
+  if (b.t != DType::i32)
+    throw std::logic_error(std::string("cuda backend: ") + op + ": " + what + " must be int32, got " + dtype_name(b.t));
+  return static_cast<const std::int32_t*>(b.p);
+}
 
 // A column-major product D = alpha·op(A)·op(B) + beta·C (C = D), batched with strides, as cuBLASLt takes it.
 struct Gemm {
@@ -72,12 +86,14 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda:") + std::to_string(device) + " " + prop.name + " (" + dtype_name(p.param) +
             " weights/activations, " + dtype_name(p.grad) + " grads, " + dtype_name(p.optim) + " master/moments)";
     cu(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cu(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "cudaStreamCreate comm");
     lt(cublasLtCreate(&lt_), "create");
     cu(cudaMalloc(&lt_ws_, kLtWorkspace), "cudaMalloc workspace");
     cu(cudaMalloc(reinterpret_cast<void**>(&sumsq_partial_), ck::kSumSquaresBlocks * sizeof(double)), "cudaMalloc");
     cu(cudaMalloc(reinterpret_cast<void**>(&sumsq_result_), sizeof(double)), "cudaMalloc");
   }
   ~CudaBackend() override {
+    cudaStreamSynchronize(comm_);
     cudaStreamSynchronize(stream_);
     for (auto& [key, ev] : pending_) {
       cudaEventDestroy(ev.first);
@@ -88,19 +104,21 @@ class CudaBackend final : public Backend {
                     attn_d_, norm_partial_})
       cudaFree(p);
     cublasLtDestroy(lt_);
+    cudaStreamDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return name_; }
   Precision precision() const override { return pr_; }
 
+  // Any DType: the kernels take fp32/bf16 (and int32 indices); fp64 holds the MoE routing statistics.
   Buf alloc(std::int64_t n, DType t) override {
-    if (t == DType::f64) throw std::logic_error("cuda backend: no fp64 buffers");
     void* p = nullptr;
     cu(cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * dtype_size(t)), "cudaMalloc");
     return {p, n, t};
   }
   void release(Buf& b) override {
+    cudaStreamSynchronize(comm_);
     cudaStreamSynchronize(stream_);
     cudaFree(b.p);
     b = {};
@@ -110,11 +128,15 @@ class CudaBackend final : public Backend {
   }
   template <class H>
   void upload_as(Buf d, const H* s) {
-    if (d.t == DType::i32) throw std::logic_error("cuda backend: float data into an int32 buffer");
+    if (d.t != DType::f32 && d.t != DType::bf16 && d.t != DType::f64)
+      throw std::logic_error(std::string("cuda backend: float data into an ") + dtype_name(d.t) + " buffer");
     std::vector<char> host(static_cast<std::size_t>(d.n) * dtype_size(d.t));
     if (d.t == DType::bf16) {
       auto* h = reinterpret_cast<std::uint16_t*>(host.data());
       for (std::int64_t i = 0; i < d.n; ++i) h[i] = bf16_from_float(static_cast<float>(s[i]));
+    } else if (d.t == DType::f64) {
+      auto* h = reinterpret_cast<double*>(host.data());
+      for (std::int64_t i = 0; i < d.n; ++i) h[i] = static_cast<double>(s[i]);
     } else {
       auto* h = reinterpret_cast<float*>(host.data());
       for (std::int64_t i = 0; i < d.n; ++i) h[i] = static_cast<float>(s[i]);
@@ -144,6 +166,8 @@ class CudaBackend final : public Backend {
       switch (s.t) {
         case DType::bf16: d[i] = float_from_bf16(reinterpret_cast<const std::uint16_t*>(host.data())[i]); break;
         case DType::i32: d[i] = reinterpret_cast<const std::int32_t*>(host.data())[i]; break;
+        case DType::i64: d[i] = static_cast<double>(reinterpret_cast<const std::int64_t*>(host.data())[i]); break;
+        case DType::f64: d[i] = reinterpret_cast<const double*>(host.data())[i]; break;
         default: d[i] = reinterpret_cast<const float*>(host.data())[i];
       }
     }
@@ -157,7 +181,10 @@ class CudaBackend final : public Backend {
     Timer t(*this, "elementwise");
     ck::add(y.p, x.p, st(y.t), y.n, stream_);
   }
-  void synchronize() override { cu(cudaStreamSynchronize(stream_), "synchronize"); }
+  void synchronize() override {
+    cu(cudaStreamSynchronize(comm_), "synchronize comm");
+    cu(cudaStreamSynchronize(stream_), "synchronize");
+  }
 
   // Row-major C[M,N] = op(A)·op(B) (+ beta·C) on whole buffers; see rm_batched.
   void rm_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, Buf A, std::int64_t lda, Buf B,
@@ -192,6 +219,21 @@ class CudaBackend final : public Backend {
     Timer t(*this, "rmsnorm");
     float* partial = scratch(norm_partial_, norm_partial_bytes_, ck::rmsnorm_partial_rows(rows) * dim * 4);
     ck::rmsnorm_backward(dx.p, f32(dw), dy.p, x.p, w.p, f32(rstd), st(x.t), rows, dim, acc, partial, stream_);
+  }
+  // The halves launch the same kernels as the whole call (the other half's pointer null): the same bits.
+  void rmsnorm_backward_input(Buf dx, Buf dy, Buf x, Buf w, Buf rstd, std::int64_t rows, std::int64_t dim,
+                              bool acc) override {
+    same(dx, x, "rmsnorm_backward_input");
+    same(dy, x, "rmsnorm_backward_input");
+    same(w, x, "rmsnorm_backward_input");
+    Timer t(*this, "rmsnorm");
+    ck::rmsnorm_backward(dx.p, nullptr, dy.p, x.p, w.p, f32(rstd), st(x.t), rows, dim, acc, nullptr, stream_);
+  }
+  void rmsnorm_backward_weight(Buf dw, Buf dy, Buf x, Buf rstd, std::int64_t rows, std::int64_t dim) override {
+    same(dy, x, "rmsnorm_backward_weight");
+    Timer t(*this, "rmsnorm");
+    float* partial = scratch(norm_partial_, norm_partial_bytes_, ck::rmsnorm_partial_rows(rows) * dim * 4);
+    ck::rmsnorm_backward(nullptr, f32(dw), dy.p, x.p, nullptr, f32(rstd), st(x.t), rows, dim, false, partial, stream_);
   }
   void rope_forward(Buf x, Buf pos, std::int64_t tk, std::int64_t h, std::int64_t d, double theta) override {
     Timer t(*this, "rope");
@@ -288,6 +330,71 @@ class CudaBackend final : public Backend {
     Timer t(*this, "cross_entropy");
     ck::ce_backward(dl.p, st(dl.t), f32(lg), f32(m), f32(s), i32(tg), rows, vl, v0, static_cast<float>(scale), stream_);
   }
+  void gather_rows(Buf dst, Buf src, Buf index, std::int64_t rows, std::int64_t width) override {
+    same(dst, src, "gather_rows");
+    Timer t(*this, "gather_rows");
+    ck::gather_rows(dst.p, src.p, i32_of(index, "gather_rows", "index"), static_cast<int>(dtype_size(dst.t)), rows,
+                    width, stream_);
+  }
+
+  // MoE: probs, wts, dwts and aux_grad in one type (fp32 or bf16; the param dtype); rows, y, dy and
+  // drows in the activations' (fp32 or bf16); sel/slot int32; stat fp64 (alloc gives fp64 buffers).
+  void moe_route(Buf probs, Buf sel, Buf wts, Buf stat, std::int64_t n, int E, int K) override {
+    const ck::St p = st_of(probs, "moe_route", "probs");
+    same(wts, probs, "moe_route");
+    if (stat.t != DType::f64)
+      throw std::logic_error(std::string("cuda backend: moe_route: stat must be fp64, got ") + dtype_name(stat.t));
+    Timer t(*this, "moe");
+    ck::moe_route(probs.p, p, i32w(sel), wts.p, static_cast<double*>(stat.p), n, E, K, stream_);
+  }
+  void moe_combine(Buf y, Buf rows, Buf wts, Buf slot, std::int64_t n, int K, std::int64_t h) override {
+    same(y, rows, "moe_combine");
+    const ck::St tt = st_of(rows, "moe_combine", "rows");
+    const ck::St p = wts.p ? st_of(wts, "moe_combine", "wts") : ck::St::f32;
+    Timer t(*this, "moe");
+    ck::moe_combine(y.p, rows.p, tt, wts.p, p, i32_of(slot, "moe_combine", "slot"), n, K, h, stream_);
+  }
+  void moe_combine_backward(Buf drows, Buf dwts, Buf dy, Buf rows, Buf wts, Buf slot, std::int64_t n, int K,
+                            std::int64_t h) override {
+    same(drows, rows, "moe_combine_backward");
+    same(dy, rows, "moe_combine_backward");
+    same(dwts, wts, "moe_combine_backward");
+    const ck::St tt = st_of(rows, "moe_combine_backward", "rows");
+    const ck::St p = st_of(wts, "moe_combine_backward", "wts");
+    Timer t(*this, "moe");
+    ck::moe_combine_backward(drows.p, dwts.p, p, dy.p, rows.p, tt, wts.p, i32_of(slot, "moe_combine_backward", "slot"),
+                             n, K, h, stream_);
+  }
+  void moe_router_backward(Buf probs, Buf sel, Buf wts, Buf dwts, Buf aux_grad, std::int64_t n, int E,
+                           int K) override {
+    const ck::St p = st_of(probs, "moe_router_backward", "probs");
+    same(wts, probs, "moe_router_backward");
+    same(dwts, probs, "moe_router_backward");
+    same(aux_grad, probs, "moe_router_backward");
+    Timer t(*this, "moe");
+    ck::moe_router_backward(probs.p, p, i32_of(sel, "moe_router_backward", "sel"), wts.p, dwts.p, aux_grad.p, n, E, K,
+                            stream_);
+  }
+
+  // Events: one cudaEvent (no timing) per record, recorded on the stream; wait is cudaStreamWaitEvent
+  // (the device waits, the host does not); release destroys it (safe while still pending).
+  Event record(Stream s) override {
+    cudaEvent_t e = nullptr;
+    cu(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    cu(cudaEventRecord(e, stream(s)), "cudaEventRecord");
+    return {static_cast<void*>(e)};
+  }
+  void wait(Stream s, Event e) override {
+    if (!e.handle) return;   // an empty event marks nothing
+    cu(cudaStreamWaitEvent(stream(s), static_cast<cudaEvent_t>(e.handle), 0), "cudaStreamWaitEvent");
+  }
+  void release(Event& e) override {
+    if (e.handle) cudaEventDestroy(static_cast<cudaEvent_t>(e.handle));
+    e = {};
+  }
+  // The stream behind Stream::compute / Stream::comm (a communicator issues its work on the comm one).
+  cudaStream_t stream(Stream s) const { return s == Stream::comm ? comm_ : stream_; }
+
   void adamw(std::span<const AdamTensor> ts, const AdamW& hp) override {
     Timer t(*this, "adamw");
     // The scalars exactly as the CPU twin forms them (kernels/src/optimizer.cpp), in fp32.
@@ -508,7 +615,8 @@ class CudaBackend final : public Backend {
 
   Precision pr_;
   std::string name_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;   // compute: every kernel, copy and transfer
+  cudaStream_t comm_ = nullptr;     // Stream::comm, for a communicator with a stream of its own
   cublasLtHandle_t lt_ = nullptr;
   void* lt_ws_ = nullptr;
   double *sumsq_partial_ = nullptr, *sumsq_result_ = nullptr;

@@ -292,6 +292,147 @@ __global__ void k_attn_merge_lse(float* lse, const float* lse2, std::int64_t row
   }
 }
 
+// Rows of any 2-, 4- or 8-byte element: a copy.
+template <class E>
+__global__ void k_gather_rows(E* dst, const E* src, const std::int32_t* ix, std::int64_t rows, std::int64_t width) {
+  GRID_STRIDE(e, rows * width) {
+    const std::int64_t q = e / width, c = e % width;
+    dst[e] = src[std::int64_t(ix[q]) * width + c];
+  }
+}
+
+// MoE router, one thread per row (E and K are small): the CPU twin's loops in its order. Softmax in double
+// into probs (rounded to P); the top-k walks the order (probability descending, index ascending): the
+// next pick is the largest after the previous one in that order, which is the twin's "largest not yet
+// taken, ties to the lower index" without a taken[] array. Weights renormalised in fp32 in pick order.
+template <class P>
+__global__ void k_moe_route(P* probs, std::int32_t* sel, P* wts, std::int64_t n, int E, int K) {
+  GRID_STRIDE(r, n) {
+    P* p = probs + r * E;
+    double mx = ld(p, 0);
+    for (int c = 1; c < E; ++c) {
+      const double v = ld(p, c);
+      mx = mx < v ? v : mx;
+    }
+    double sum = 0;
+    for (int c = 0; c < E; ++c) sum += exp(static_cast<double>(ld(p, c)) - mx);
+    for (int c = 0; c < E; ++c) st(p, c, static_cast<float>(exp(static_cast<double>(ld(p, c)) - mx) / sum));
+    int prev = -1;
+    float prev_v = 0, wsum = 0;
+    for (int kk = 0; kk < K; ++kk) {
+      int best = -1;
+      float bv = 0;
+      for (int c = 0; c < E; ++c) {
+        const float v = ld(p, c);
+        const bool after = prev < 0 || v < prev_v || (v == prev_v && c > prev);
+        if (after && (best < 0 || v > bv)) {
+          best = c;
+          bv = v;
+        }
+      }
+      sel[r * K + kk] = best;
+      st(wts, r * K + kk, bv);
+      wsum += bv;
+      prev = best;
+      prev_v = bv;
+    }
+    for (int kk = 0; kk < K; ++kk) st(wts, r * K + kk, ld(wts, r * K + kk) / wsum);
+  }
+}
+// stat[c] += tokens routed to expert c, stat[E + c] += Σ_r probs[r, c]: one block per expert, each thread
+// its rows in order, then a fixed shared-memory tree in double. No atomics: the same bits every run.
+template <class P>
+__global__ void k_moe_stat(double* stat, const P* probs, const std::int32_t* sel, std::int64_t n, int E, int K) {
+  __shared__ double cnt[kThreads], ps[kThreads];
+  const int c = blockIdx.x;
+  double a = 0, b = 0;
+  for (std::int64_t r = threadIdx.x; r < n; r += kThreads) {
+    b += static_cast<double>(ld(probs, r * E + c));
+    for (int kk = 0; kk < K; ++kk) a += sel[r * K + kk] == c ? 1.0 : 0.0;
+  }
+  cnt[threadIdx.x] = a;
+  ps[threadIdx.x] = b;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) {
+      cnt[threadIdx.x] += cnt[threadIdx.x + w];
+      ps[threadIdx.x] += ps[threadIdx.x + w];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    stat[c] += cnt[0];
+    stat[E + c] += ps[0];
+  }
+}
+// y[r, c] = Σ_k w·rows[slot[r, k], c], k in order, fp32 accumulation without contraction (the twin's
+// fp32 bits), one rounding to T at the end.
+template <class T, class P>
+__global__ void k_moe_combine(T* y, const T* rows, const P* wts, const std::int32_t* slot, std::int64_t n, int K,
+                              std::int64_t h) {
+  GRID_STRIDE(e, n * h) {
+    const std::int64_t r = e / h, c = e % h;
+    float acc = 0;
+    for (int kk = 0; kk < K; ++kk) {
+      const std::int32_t q = slot[r * K + kk];
+      if (q < 0) continue;
+      const float v = ld(rows, std::int64_t(q) * h + c);
+      acc = __fadd_rn(acc, wts ? __fmul_rn(ld(wts, r * K + kk), v) : v);
+    }
+    st(y, e, acc);
+  }
+}
+// drows[slot[r, k]] = wts[r, k]·dy[r] (slots are distinct, as the dispatch makes them).
+template <class T, class P>
+__global__ void k_moe_combine_bwd_rows(T* drows, const T* dy, const P* wts, const std::int32_t* slot, std::int64_t n,
+                                       int K, std::int64_t h) {
+  GRID_STRIDE(e, n * K * h) {
+    const std::int64_t rk = e / h, c = e % h;
+    const std::int32_t q = slot[rk];
+    if (q < 0) continue;
+    st(drows, std::int64_t(q) * h + c, __fmul_rn(ld(wts, rk), ld(dy, (rk / K) * h + c)));
+  }
+}
+// dwts[r, k] = <dy[r], rows[slot[r, k]]> in double: one warp per (r, k), lanes strided, a fixed shuffle tree.
+template <class T, class P>
+__global__ void k_moe_combine_bwd_wts(P* dwts, const T* dy, const T* rows, const std::int32_t* slot, std::int64_t n,
+                                      int K, std::int64_t h) {
+  const std::int64_t rk = blockIdx.x * std::int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (rk >= n * K) return;
+  const std::int32_t q = slot[rk];
+  if (q < 0) return;   // the whole warp leaves together
+  const int lane = threadIdx.x % 32;
+  const T *g = dy + (rk / K) * h, *e = rows + std::int64_t(q) * h;
+  double s = 0;
+  for (std::int64_t c = lane; c < h; c += 32) s += static_cast<double>(ld(g, c)) * static_cast<double>(ld(e, c));
+  for (int o = 16; o > 0; o /= 2) s += __shfl_down_sync(0xffffffffu, s, o);
+  if (lane == 0) st(dwts, rk, static_cast<float>(s));
+}
+// Router backward, one thread per row, in double as the twin: dp = aux_grad + (dw − <w, dw>)/Σ_sel p on
+// the selected experts, then dlogits = p·(dp − <p, dp>) over probs.
+template <class P>
+__global__ void k_moe_router_bwd(P* probs, const std::int32_t* sel, const P* wts, const P* dwts, const P* ag,
+                                 std::int64_t n, int E, int K) {
+  GRID_STRIDE(r, n) {
+    P* p = probs + r * E;
+    const std::int32_t* sl = sel + r * K;
+    double ssum = 0, wdw = 0;
+    for (int kk = 0; kk < K; ++kk) {
+      ssum += static_cast<double>(ld(p, sl[kk]));
+      wdw += static_cast<double>(ld(wts, r * K + kk)) * static_cast<double>(ld(dwts, r * K + kk));
+    }
+    auto dp = [&](int c) {
+      double d = ld(ag, c);
+      for (int kk = 0; kk < K; ++kk)
+        if (sl[kk] == c) d += (static_cast<double>(ld(dwts, r * K + kk)) - wdw) / ssum;
+      return d;
+    };
+    double pdp = 0;
+    for (int c = 0; c < E; ++c) pdp += static_cast<double>(ld(p, c)) * dp(c);
+    for (int c = 0; c < E; ++c) st(p, c, static_cast<float>(static_cast<double>(ld(p, c)) * (dp(c) - pdp)));
+  }
+}
+
 struct AdamArgs {
   AdamDesc t[kAdamMaxTensors];
   int count;
@@ -360,12 +501,14 @@ void rmsnorm_backward(void* dx, float* dw, const void* dy, const void* x, const 
   const std::int64_t chunks = rmsnorm_partial_rows(rows);
   const dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
   DISPATCH(t, T, {
-    k_rmsnorm_bwd_dx<<<rows, kThreads, 0, s>>>(static_cast<T*>(dx), static_cast<const T*>(dy),
-                                               static_cast<const T*>(x), static_cast<const T*>(w), rstd, dim, acc);
-    k_rmsnorm_bwd_dw_partial<<<grid, kThreads, 0, s>>>(partial, static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                       rstd, rows, dim);
+    if (dx)
+      k_rmsnorm_bwd_dx<<<rows, kThreads, 0, s>>>(static_cast<T*>(dx), static_cast<const T*>(dy),
+                                                 static_cast<const T*>(x), static_cast<const T*>(w), rstd, dim, acc);
+    if (dw)
+      k_rmsnorm_bwd_dw_partial<<<grid, kThreads, 0, s>>>(partial, static_cast<const T*>(dy), static_cast<const T*>(x),
+                                                         rstd, rows, dim);
   });
-  k_sum_partials<<<blocks_for(dim), kThreads, 0, s>>>(dw, partial, chunks, dim);
+  if (dw) k_sum_partials<<<blocks_for(dim), kThreads, 0, s>>>(dw, partial, chunks, dim);
   check_launch("rmsnorm_backward");
 }
 void rope(void* x, const std::int32_t* pos, St t, std::int64_t tokens, std::int64_t heads, std::int64_t hd,
@@ -451,6 +594,65 @@ void attn_merge(void* out, float* lse, const void* out2, const float* lse2, St t
                                                                          static_cast<const T*>(out2), lse2, rows, d));
   k_attn_merge_lse<<<blocks_for(rows), kThreads, 0, s>>>(lse, lse2, rows);
   check_launch("attn_merge");
+}
+void gather_rows(void* dst, const void* src, const std::int32_t* index, int elem_size, std::int64_t rows,
+                 std::int64_t width, cudaStream_t s) {
+  const unsigned g = blocks_for(rows * width);
+  switch (elem_size) {
+    case 2:
+      k_gather_rows<<<g, kThreads, 0, s>>>(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src),
+                                           index, rows, width);
+      break;
+    case 4:
+      k_gather_rows<<<g, kThreads, 0, s>>>(static_cast<std::uint32_t*>(dst), static_cast<const std::uint32_t*>(src),
+                                           index, rows, width);
+      break;
+    case 8:
+      k_gather_rows<<<g, kThreads, 0, s>>>(static_cast<std::uint64_t*>(dst), static_cast<const std::uint64_t*>(src),
+                                           index, rows, width);
+      break;
+    default: throw std::invalid_argument("gather_rows: elements of " + std::to_string(elem_size) + " bytes");
+  }
+  check_launch("gather_rows");
+}
+void moe_route(void* probs, St p, std::int32_t* sel, void* wts, double* stat, std::int64_t n, int experts, int top_k,
+               cudaStream_t s) {
+  if (experts <= 0 || top_k <= 0 || top_k > experts)
+    throw std::invalid_argument("moe_route: top_k " + std::to_string(top_k) + " of " + std::to_string(experts) +
+                                " experts");
+  DISPATCH(p, P, {
+    k_moe_route<<<blocks_for(n), kThreads, 0, s>>>(static_cast<P*>(probs), sel, static_cast<P*>(wts), n, experts,
+                                                   top_k);
+    k_moe_stat<<<static_cast<unsigned>(experts), kThreads, 0, s>>>(stat, static_cast<const P*>(probs), sel, n, experts,
+                                                                   top_k);
+  });
+  check_launch("moe_route");
+}
+void moe_combine(void* y, const void* rows, St t, const void* wts, St p, const std::int32_t* slot, std::int64_t n,
+                 int top_k, std::int64_t h, cudaStream_t s) {
+  DISPATCH(t, T, DISPATCH(p, P, k_moe_combine<<<blocks_for(n * h), kThreads, 0, s>>>(
+                                    static_cast<T*>(y), static_cast<const T*>(rows), static_cast<const P*>(wts), slot,
+                                    n, top_k, h)));
+  check_launch("moe_combine");
+}
+void moe_combine_backward(void* drows, void* dwts, St p, const void* dy, const void* rows, St t, const void* wts,
+                          const std::int32_t* slot, std::int64_t n, int top_k, std::int64_t h, cudaStream_t s) {
+  const std::int64_t pairs = n * top_k;
+  const unsigned warps = static_cast<unsigned>((pairs + kThreads / 32 - 1) / (kThreads / 32));
+  DISPATCH(t, T, DISPATCH(p, P, {
+    k_moe_combine_bwd_rows<<<blocks_for(pairs * h), kThreads, 0, s>>>(
+        static_cast<T*>(drows), static_cast<const T*>(dy), static_cast<const P*>(wts), slot, n, top_k, h);
+    k_moe_combine_bwd_wts<<<warps > 0 ? warps : 1, kThreads, 0, s>>>(
+        static_cast<P*>(dwts), static_cast<const T*>(dy), static_cast<const T*>(rows), slot, n, top_k, h);
+  }));
+  check_launch("moe_combine_backward");
+}
+void moe_router_backward(void* probs, St p, const std::int32_t* sel, const void* wts, const void* dwts,
+                         const void* aux_grad, std::int64_t n, int experts, int top_k, cudaStream_t s) {
+  DISPATCH(p, P, k_moe_router_bwd<<<blocks_for(n), kThreads, 0, s>>>(
+                     static_cast<P*>(probs), sel, static_cast<const P*>(wts), static_cast<const P*>(dwts),
+                     static_cast<const P*>(aux_grad), n, experts, top_k));
+  check_launch("moe_router_backward");
 }
 void adamw(const AdamDesc* tensors, int count, St param_t, const AdamScalars& a, cudaStream_t s) {
   for (int first = 0; first < count; first += kAdamMaxTensors) {

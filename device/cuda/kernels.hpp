@@ -26,6 +26,8 @@ void add(void* y, const void* x, St t, std::int64_t n, cudaStream_t s);
 void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, St t, std::int64_t rows, std::int64_t dim,
                      float eps, cudaStream_t s);
 // dx (overwrite or accumulate) and dw += Σ_rows dy·x·rstd (fp32); `partial` holds rmsnorm_partial_rows(rows)·dim floats.
+// A null dx skips the input half (w may then be null too), a null dw the weight half (partial unused):
+// each half launches exactly the kernels it launches in the whole call, so its bits are the same.
 void rmsnorm_backward(void* dx, float* dw, const void* dy, const void* x, const void* w, const float* rstd, St t,
                       std::int64_t rows, std::int64_t dim, bool accumulate, float* partial, cudaStream_t s);
 std::int64_t rmsnorm_partial_rows(std::int64_t rows);
@@ -58,6 +60,21 @@ void attn_dsoftmax(void* p, St t, const float* dP, const float* D, std::int64_t 
                    float scale, cudaStream_t s);
 void attn_merge(void* out, float* lse, const void* out2, const float* lse2, St t, std::int64_t rows, std::int64_t d,
                 cudaStream_t s);
+// dst[i] = src[index[i]], rows of `width` elements of `elem_size` bytes (2, 4 or 8): a plain copy.
+void gather_rows(void* dst, const void* src, const std::int32_t* index, int elem_size, std::int64_t rows,
+                 std::int64_t width, cudaStream_t s);
+// Mixture of experts (backend.hpp). P is the storage of probs/wts/dwts/aux_grad, T that of the
+// activations (rows, y, dy, drows); arithmetic as on the CPU twin (softmax and dots in double, the rest in
+// fp32). moe_route: one thread per row for softmax + top-k, then stat += per-expert counts and Σ probs by
+// one block per expert in a fixed tree (deterministic, no atomics).
+void moe_route(void* probs, St p, std::int32_t* sel, void* wts, double* stat, std::int64_t n, int experts, int top_k,
+               cudaStream_t s);
+void moe_combine(void* y, const void* rows, St t, const void* wts, St p, const std::int32_t* slot, std::int64_t n,
+                 int top_k, std::int64_t h, cudaStream_t s);
+void moe_combine_backward(void* drows, void* dwts, St p, const void* dy, const void* rows, St t, const void* wts,
+                          const std::int32_t* slot, std::int64_t n, int top_k, std::int64_t h, cudaStream_t s);
+void moe_router_backward(void* probs, St p, const std::int32_t* sel, const void* wts, const void* dwts,
+                         const void* aux_grad, std::int64_t n, int experts, int top_k, cudaStream_t s);
 void adamw(const AdamDesc* tensors, int count, St param_t, const AdamScalars& a, cudaStream_t s);
 // Σ x² over fp32 tensors, in double, into *result (device); fixed grid, fixed order.
 void sum_squares(double* result, double* partial, const float* const* xs, const std::int64_t* ns, int count,

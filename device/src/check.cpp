@@ -303,6 +303,84 @@ std::vector<std::pair<std::string, Case>> cases() {
     }
     return o;
   });
+  // The rmsnorm backward halves: the same inputs as "rmsnorm_backward", B and W launched apart.
+  c.emplace_back("rmsnorm_backward halves (B +accumulate, W)", [=](Scope& s) {
+    const Precision p = s.be.precision();
+    Buf x = s.in(rnd(rows * dim, 9), p.param), w = s.in(rnd(dim, 10, 0.5, 1.5), p.param);
+    Buf y = s.make(rows * dim, p.param), r = s.make(rows, p.stat);
+    s.be.rmsnorm_forward(y, r, x, w, rows, dim, 1e-5);
+    Buf dx = s.in(rnd(rows * dim, 11), p.param), dw = s.in(rnd(dim, 12), p.grad), dy = s.in(rnd(rows * dim, 13), p.param);
+    s.be.rmsnorm_backward_input(dx, dy, x, w, r, rows, dim, true);
+    s.be.rmsnorm_backward_weight(dw, dy, x, r, rows, dim);
+    return Outputs{{"dx(acc)", s.out(dx)}, {"dw", s.out(dw)}};
+  });
+  // Mixture of experts: 240 tokens, 8 experts, top-2, hidden 96; 480 expert rows (slots) of which a few
+  // are dropped (slot −1). Router logits are multiples of 1/4 with gaps between ranks (no near-ties
+  // that bf16 could flip), plus rows of exact ties (every precision breaks them to the lower index).
+  const std::int64_t mn = 240, mh = 96;
+  const int mE = 8, mK = 2;
+  Host mlogits(static_cast<std::size_t>(mn * mE));
+  for (std::int64_t r = 0; r < mn; ++r)
+    for (int e = 0; e < mE; ++e)
+      mlogits[r * mE + e] = r % 7 == 0 ? (e < 3 ? 1.0 : 0.0)   // a three-way tie for the top two
+                                       : 0.25 * static_cast<double>(2 + r % 3) * static_cast<double>((3 * e + r) % mE) - 2.0;
+  std::vector<std::int32_t> perm(static_cast<std::size_t>(mn * mK)), mslot(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<std::int32_t>((i * 97 + 13) % perm.size());
+  for (std::size_t i = 0; i < mslot.size(); ++i) mslot[i] = i % 11 == 5 ? -1 : perm[i];
+  c.emplace_back("gather_rows", [=](Scope& s) {
+    const Precision p = s.be.precision();
+    Buf d = s.make(mn * mK * mh, p.param);
+    s.be.gather_rows(d, s.in(rnd(mn * mK * mh, 50), p.param), s.ids(perm), mn * mK, mh);
+    return Outputs{{"rows", s.out(d)}};
+  });
+  c.emplace_back("moe_route (twice: stat +=)", [=](Scope& s) {
+    const Precision p = s.be.precision();
+    Buf pr = s.in(mlogits, p.param), pr2 = s.in(mlogits, p.param), sel = s.make(mn * mK, DType::i32);
+    Buf wts = s.make(mn * mK, p.param), stat = s.make(2 * mE, DType::f64);
+    s.be.zero(stat);
+    s.be.moe_route(pr2, sel, wts, stat, mn, mE, mK);
+    s.be.moe_route(pr, sel, wts, stat, mn, mE, mK);
+    return Outputs{{"probs", s.out(pr)}, {"sel", s.out(sel)}, {"wts", s.out(wts)}, {"stat", s.out(stat)}};
+  });
+  c.emplace_back("moe_combine (weighted, unweighted)", [=](Scope& s) {
+    const Precision p = s.be.precision();
+    Buf rws = s.in(rnd(mn * mK * mh, 51), p.param), sl = s.ids(mslot), w = s.in(rnd(mn * mK, 52, 0, 1), p.param);
+    Buf y = s.in(rnd(mn * mh, 53), p.param), y1 = s.in(rnd(mn * mh, 54), p.param);
+    s.be.moe_combine(y, rws, w, sl, mn, mK, mh);
+    s.be.moe_combine(y1, rws, Buf{}, sl, mn, mK, mh);
+    return Outputs{{"y", s.out(y)}, {"y(no wts)", s.out(y1)}};
+  });
+  c.emplace_back("moe_combine_backward", [=](Scope& s) {
+    const Precision p = s.be.precision();
+    Buf rws = s.in(rnd(mn * mK * mh, 51), p.param), sl = s.ids(mslot), w = s.in(rnd(mn * mK, 52, 0, 1), p.param);
+    Buf drows = s.in(rnd(mn * mK * mh, 55), p.param), dwts = s.in(rnd(mn * mK, 56), p.param);   // dropped keep these
+    s.be.moe_combine_backward(drows, dwts, s.in(rnd(mn * mh, 57), p.param), rws, w, sl, mn, mK, mh);
+    return Outputs{{"drows", s.out(drows)}, {"dwts", s.out(dwts)}};
+  });
+  c.emplace_back("moe_router_backward", [=](Scope& s) {
+    const Precision p = s.be.precision();
+    Buf pr = s.in(mlogits, p.param), sel = s.make(mn * mK, DType::i32), wts = s.make(mn * mK, p.param);
+    Buf stat = s.make(2 * mE, DType::f64);
+    s.be.zero(stat);
+    s.be.moe_route(pr, sel, wts, stat, mn, mE, mK);
+    s.be.moe_router_backward(pr, sel, wts, s.in(rnd(mn * mK, 58), p.param), s.in(rnd(mE, 59, -0.1, 0.1), p.param), mn,
+                             mE, mK);
+    return Outputs{{"dlogits", s.out(pr)}};
+  });
+  // Events: work handed from the compute stream to the comm stream and back (no-ops on the CPU twin).
+  c.emplace_back("events (compute -> comm -> compute)", [=](Scope& s) {
+    const Precision p = s.be.precision();
+    Buf y = s.in(rnd(ne, 60), p.param), x = s.in(rnd(ne, 61), p.param);
+    s.be.add(y, x);
+    Backend::Event e = s.be.record(Backend::Stream::compute);
+    s.be.wait(Backend::Stream::comm, e);
+    Backend::Event e2 = s.be.record(Backend::Stream::comm);
+    s.be.wait(Backend::Stream::compute, e2);
+    s.be.add(y, x);
+    s.be.release(e);
+    s.be.release(e2);
+    return Outputs{{"y", s.out(y)}};
+  });
   return c;
 }
 
