@@ -104,9 +104,11 @@ std::vector<std::string> node_hca_list(const NodeTopology& topo) {
   std::vector<bool> paired(topo.nics.size(), false);
   for (int n : topo.nic_of_gpu)
     if (n >= 0 && n < static_cast<int>(topo.nics.size())) paired[static_cast<size_t>(n)] = true;
+  // A name once, even where a damaged or hand-edited topology lists two NICs under one name (a fuzz finding):
+  // NCCL_IB_HCA names devices, not hwloc objects.
   std::vector<std::string> out;
   for (size_t n = 0; n < topo.nics.size(); ++n)
-    if (paired[n]) out.push_back(topo.nics[n].name);
+    if (paired[n] && std::find(out.begin(), out.end(), topo.nics[n].name) == out.end()) out.push_back(topo.nics[n].name);
   return out;
 }
 
