@@ -46,6 +46,14 @@ class CpuBackend final : public Backend {
       default: std::copy(f(s), f(s) + s.n, dst);
     }
   }
+  void download(float* dst, Buf s) override {
+    if (s.t == DType::f32 && dtype_of<T>() == DType::f32) {
+      std::copy(f(s), f(s) + s.n, dst);
+      return;
+    }
+    if (s.t != dtype_of<T>()) throw std::logic_error(std::string("cpu backend: no float download of ") + dtype_name(s.t));
+    for (std::int64_t j = 0; j < s.n; ++j) dst[j] = static_cast<float>(f(s)[j]);
+  }
   void copy(Buf d, Buf s) override { std::copy(f(s), f(s) + s.n, f(d)); }
   void add(Buf y, Buf x) override {
     for (std::int64_t j = 0; j < y.n; ++j) f(y)[j] += f(x)[j];

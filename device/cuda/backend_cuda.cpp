@@ -158,20 +158,23 @@ class CudaBackend final : public Backend {
     cu(cudaMemcpyAsync(d.p, s, static_cast<std::size_t>(d.n) * 4, cudaMemcpyHostToDevice, stream_), "upload");
     cu(cudaStreamSynchronize(stream_), "upload");
   }
-  void download(double* d, Buf s) override {
+  template <class H>
+  void download_as(H* d, Buf s) {
     std::vector<char> host(static_cast<std::size_t>(s.n) * dtype_size(s.t));
     cu(cudaMemcpyAsync(host.data(), s.p, host.size(), cudaMemcpyDeviceToHost, stream_), "download");
     cu(cudaStreamSynchronize(stream_), "download");
     for (std::int64_t i = 0; i < s.n; ++i) {
       switch (s.t) {
-        case DType::bf16: d[i] = float_from_bf16(reinterpret_cast<const std::uint16_t*>(host.data())[i]); break;
-        case DType::i32: d[i] = reinterpret_cast<const std::int32_t*>(host.data())[i]; break;
-        case DType::i64: d[i] = static_cast<double>(reinterpret_cast<const std::int64_t*>(host.data())[i]); break;
-        case DType::f64: d[i] = reinterpret_cast<const double*>(host.data())[i]; break;
-        default: d[i] = reinterpret_cast<const float*>(host.data())[i];
+        case DType::bf16: d[i] = static_cast<H>(float_from_bf16(reinterpret_cast<const std::uint16_t*>(host.data())[i])); break;
+        case DType::i32: d[i] = static_cast<H>(reinterpret_cast<const std::int32_t*>(host.data())[i]); break;
+        case DType::i64: d[i] = static_cast<H>(reinterpret_cast<const std::int64_t*>(host.data())[i]); break;
+        case DType::f64: d[i] = static_cast<H>(reinterpret_cast<const double*>(host.data())[i]); break;
+        default: d[i] = static_cast<H>(reinterpret_cast<const float*>(host.data())[i]);
       }
     }
   }
+  void download(double* d, Buf s) override { download_as(d, s); }
+  void download(float* d, Buf s) override { download_as(d, s); }
   void copy(Buf d, Buf s) override {
     Timer t(*this, "elementwise");
     ck::convert(d.p, st(d.t), s.p, st(s.t), d.n, stream_);

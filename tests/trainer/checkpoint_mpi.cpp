@@ -118,7 +118,7 @@ Run segment(const JobConfig& cfg, const Case& c, int from, int to, const std::st
     if (how == Resume::without_moments)
       for (std::size_t u = 0; u < t.table().units.size(); ++u) {
         if (!t.holds(static_cast<int>(u))) continue;
-        const std::vector<float> p = t.store().read_unit(static_cast<int>(u));
+        const std::vector<float> p = t.store().read_unit<float>(static_cast<int>(u));
         const std::vector<float> zero(p.size(), 0.0f);
         t.store().write_state(static_cast<int>(u), p.data(), zero.data(), zero.data());
       }

@@ -184,7 +184,7 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
     for (int l = 0; l < t.table().layers; ++l) {
       const int u = t.table().layer_unit(l);
       if (!t.holds(u)) continue;
-      std::vector<T> w = t.store().read_unit(u);
+      std::vector<T> w = t.store().template read_unit<T>(u);
       const TensorSlot& r = t.table().units[u].tensors[kRouter];
       std::fill(w.begin() + r.offset, w.begin() + r.offset + r.numel(), T(0));
       t.store().write_unit(u, w.data());

@@ -44,7 +44,8 @@ struct Setup {
   double aux_coef = 0;  // MoE: the load-balancing loss's weight (large, so its gradient matters)
   LocalComm tp, dp, ep_comm, cp_comm;
   ParamTable table = build_param_table(spec, 1, 0);
-  ParamStore<double> store{table, 0, dp};
+  std::unique_ptr<device::Backend> backend = device::make_cpu_backend("fp64");
+  ParamStore store{table, 0, dp, *backend};
   static constexpr std::int64_t S = 5, mbs = 2;
   BatchGeometry geometry = [] {
     TrainingSpec t;
@@ -56,7 +57,6 @@ struct Setup {
   }();
   LayerDims dims = LayerDims::make(spec, geometry, 1, 0);
   TensorParallel tpc{&tp, false, dims.n, dims.nl, dims.h};
-  std::unique_ptr<device::Backend> backend = device::make_cpu_backend("fp64");
   LayerWorkspace<double> ws = [this] {
     LayerWorkspace<double> w;
     w.be = backend.get();
@@ -109,7 +109,7 @@ struct Setup {
       for (const TensorSlot& t : table.units[u].tensors)
         for (std::int64_t i = 0; i < t.numel(); ++i)
           buf[t.offset + i] = t.is_vector ? buf[t.offset + i] + 0.3 * std::sin(1.0 + i + t.offset) : buf[t.offset + i] * 10.0;
-      store.write_unit(int(u), buf.data());
+      store.write_unit<double>(int(u), buf.data());
     }
   }
   // Language-model loss plus the load-balancing loss (zero for a dense model).
@@ -144,8 +144,9 @@ std::vector<std::vector<double>> analytic(Setup& s, double scale) {
   s.store.reduce_grads();
   std::vector<std::vector<double>> g;
   for (std::size_t u = 0; u < s.table.units.size(); ++u) {
-    const double* p = s.store.grad_shard(int(u));
-    g.emplace_back(p, p + s.table.units[u].size);
+    std::vector<double> p = s.store.read_grad_shard<double>(int(u));
+    p.resize(static_cast<std::size_t>(s.table.units[u].size));
+    g.push_back(std::move(p));
   }
   return g;
 }
@@ -154,18 +155,18 @@ std::vector<std::vector<double>> numeric(Setup& s) {
   const double h = 1e-5;
   std::vector<std::vector<double>> g;
   for (std::size_t u = 0; u < s.table.units.size(); ++u) {
-    std::vector<double> w = s.store.read_unit(int(u));
+    std::vector<double> w = s.store.read_unit<double>(int(u));
     std::vector<double> gu(w.size());
     for (std::size_t i = 0; i < w.size(); ++i) {
       const double x = w[i];
       w[i] = x + h;
-      s.store.write_unit(int(u), w.data());
+      s.store.write_unit<double>(int(u), w.data());
       const double lp = s.loss();
       w[i] = x - h;
-      s.store.write_unit(int(u), w.data());
+      s.store.write_unit<double>(int(u), w.data());
       const double lm = s.loss();
       w[i] = x;
-      s.store.write_unit(int(u), w.data());
+      s.store.write_unit<double>(int(u), w.data());
       gu[i] = (lp - lm) / (2 * h);
     }
     g.push_back(std::move(gu));

@@ -166,17 +166,19 @@ TEST_CASE("a unit's early gradient reduction refuses a micro-batch more than ann
   m.layers = 1; m.hidden = 16; m.heads = 4; m.kv_heads = 2; m.ffn_hidden = 24; m.vocab = 32;
   const ParamTable t = build_param_table(m, 1, 0);
   LocalComm dp;
+  const auto be = device::make_cpu_backend("fp32");
   for (int stage : {0, 1}) {
-    ParamStore<float> store(t, stage, dp);
+    ParamStore store(t, stage, dp, *be);
     store.zero_grads(2);  // two micro-batches: the reduction starts after the second
+    const float one = 1.f;
     for (int mb = 0; mb < 2; ++mb) {
-      store.grad_begin(0)[0] = 1.f;
+      be->upload(store.grad_begin(0).at(0, 1), &one);
       store.grad_end(0);
     }
     store.grad_begin(0);
     CHECK_THROWS_AS(store.grad_end(0), std::logic_error);
     store.reduce_grads();
-    CHECK(store.grad_shard(0)[0] == 2.f);  // both micro-batches, once each
+    CHECK(store.read_grad_shard<float>(0)[0] == 2.f);  // both micro-batches, once each
     store.zero_grads(2);  // a new step accepts them again
     store.grad_begin(0);
     CHECK_NOTHROW(store.grad_end(0));

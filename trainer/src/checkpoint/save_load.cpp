@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -36,7 +37,7 @@ struct Piece {
 template <class T>
 std::vector<Piece> held_pieces(Trainer<T>& tr) {
   std::vector<Piece> out;
-  ParamStore<T>& st = tr.store();
+  ParamStore& st = tr.store();
   const ParamTable& table = tr.table();
   for (std::size_t uu = 0; uu < table.units.size(); ++uu) {
     const int u = static_cast<int>(uu);
@@ -134,7 +135,19 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
 
   // 2. every rank writes and fsyncs its shard.
   const std::vector<Piece> pieces = held_pieces(tr);
-  ParamStore<T>& st = tr.store();
+  ParamStore& st = tr.store();
+  // Host copies of this rank's shard regions (parameters and both moments) of the units it writes.
+  std::map<int, std::array<std::vector<T>, 3>> regions;
+  for (const Piece& p : pieces) {
+    auto [it, fresh] = regions.try_emplace(p.unit);
+    if (!fresh) continue;
+    const ParamStore::Region kinds[3] = {ParamStore::Region::params, ParamStore::Region::exp_avg,
+                                         ParamStore::Region::exp_avg_sq};
+    for (int k = 0; k < 3; ++k) {
+      it->second[k].resize(static_cast<std::size_t>(st.shard_len(p.unit)));
+      st.read_region(p.unit, kinds[k], it->second[k].data());
+    }
+  }
   const std::string file = shard_name(rank);
   const fs::path shard_path = tmp / file;
   json desc;  // this rank's file entry of the manifest
@@ -147,9 +160,8 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
     std::uint64_t off = 0;
     for (const Piece& p : pieces) {
       const TensorSlot& t = *p.slot;
-      const T* regions[3] = {st.param_region(p.unit), st.exp_avg_region(p.unit), st.exp_avg_sq_region(p.unit)};
       for (int k = 0; k < 3; ++k) {
-        const T* src = regions[k] + p.region;
+        const T* src = regions.at(p.unit)[k].data() + p.region;
         const std::size_t bytes = static_cast<std::size_t>(p.b - p.a) * sizeof(T);
         const std::string key = piece_key(t.name, k);
         header[key] = {{"dtype", dtype_name<T>()}, {"shape", {p.b - p.a}}, {"data_offsets", {off, off + bytes}}};
@@ -330,7 +342,7 @@ int load_checkpoint(Trainer<T>& tr, const std::string& path, std::int64_t data_t
   for (const auto& [name, shape] : m.shapes)
     if (!mine.count(name)) throw CheckpointError(m.file + ": tensor " + name + " is not part of this model");
 
-  ParamStore<T>& st = tr.store();
+  ParamStore& st = tr.store();
   // Unit by unit (at most one unit's parameters and moments extra in memory), each shard file opened once.
   std::map<std::string, std::unique_ptr<ShardReader>> readers;
   for (std::size_t uu = 0; uu < table.units.size(); ++uu) {

@@ -28,7 +28,7 @@ std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<i
 
 template <class T>
 Stage<T>::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
-                const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws,
+                const ParamTable& table, ParamStore& store, LayerWorkspace<T>& ws,
                 const std::vector<std::int32_t>& pos, const ExpertParallel* ep)
     : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), ws_(ws), pos_(pos),
       ep_(ep && table.experts > 0 ? ep : nullptr) {
@@ -156,7 +156,7 @@ MoeLayer<T>* Stage<T>::moe_layer(Slot& s, int u, int layer, bool acquire) {
   moe_args_.experts.assign(static_cast<std::size_t>(ep_->local), nullptr);
   if (acquire)
     for (int j = 0; j < ep_->local; ++j)
-      moe_args_.experts[j] = store_.acquire(table_.expert_unit(model_layer, ep_->first_local() + j));
+      moe_args_.experts[j] = weights(table_.expert_unit(model_layer, ep_->first_local() + j));
   return &moe_args_;
 }
 
@@ -176,7 +176,7 @@ double Stage<T>::forward(int mb) {
   for (std::size_t i = 0; i < units_.units.size(); ++i) {
     const int u = units_.units[i];
     const auto& ts = table_.units[u].tensors;
-    const T* w = store_.acquire(u);
+    const T* w = weights(u);
     if (i + 1 < units_.units.size()) store_.prefetch(units_.units[i + 1]);  // ZeRO-3: arrives meanwhile
     if (u == table_.embed_unit()) {
       embedding_forward(dims_, tp_, ts, w, s.ids.data(), s.x, ws_);
@@ -196,7 +196,7 @@ template <class T>
 void Stage<T>::unit_backward_input(Slot& s, int u, int layer, double loss_scale) {
   if (u == table_.embed_unit()) return;  // no input gradient; its W reads s.dy
   const auto& ts = table_.units[u].tensors;
-  const T* w = store_.acquire(u);
+  const T* w = weights(u);
   // ZeRO-3: the unit before this one has the next input backward (not the embedding: it has none).
   const auto it = std::find(units_.units.begin(), units_.units.end(), u);
   if (it != units_.units.begin() && *(it - 1) != table_.embed_unit()) store_.prefetch(*(it - 1));
@@ -213,7 +213,7 @@ void Stage<T>::unit_backward_input(Slot& s, int u, int layer, double loss_scale)
 template <class T>
 void Stage<T>::unit_backward_weight(Slot& s, int u, int layer) {
   const auto& ts = table_.units[u].tensors;
-  T* dw = store_.grad_begin(u);
+  T* dw = static_cast<T*>(store_.grad_begin(u).p);
   if (u == table_.embed_unit()) {
     embedding_backward_weight(dims_, tp_, ts, dw, s.ids.data(), s.dy, ws_);
   } else if (u == table_.head_unit()) {
@@ -226,7 +226,7 @@ void Stage<T>::unit_backward_weight(Slot& s, int u, int layer) {
     const int model_layer = u - table_.layer_unit(0);
     for (int j = 0; j < ep_->local; ++j) {
       const int eu = table_.expert_unit(model_layer, ep_->first_local() + j);
-      T* de = store_.grad_begin(eu);
+      T* de = static_cast<T*>(store_.grad_begin(eu).p);
       moe_expert_backward_weight(*ep_, j, de, table_.units[eu].tensors, s.moe[layer], dims_.h);
       store_.grad_end(eu);
     }

@@ -99,6 +99,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       table_(build_param_table(cfg.model, grid.layout().tp, coord_.tp)),
       chunks_(chunk_units(table_, layers_or_throw(cfg, grid.layout()))),
       unit_owner_(table_.units.size(), 0),
+      backend_(device::make_cpu_backend(std::is_same_v<T, double> ? "fp64" : "fp32")),
       store_(table_, grid.layout().zero_stage,
              [&] {
                if (faults.edit_chunks) faults.edit_chunks(chunks_);
@@ -107,11 +108,11 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
                for (int u = table_.head_unit() + 1; u < static_cast<int>(table_.units.size()); ++u)
                  unit_owner_[u] = unit_owner_[table_.layer_unit(table_.expert_layer(u))];  // experts: their layer's stage
                return unit_groups();
-             }()),
+             }(),
+             *backend_),
       dims_(LayerDims::make(cfg.model, geometry_, grid.layout().tp, coord_.tp)),
       tpctx_{&tp_, geometry_.sequence_parallel, dims_.n, dims_.nl, dims_.h} {
   const Layout& l = grid.layout();
-  backend_ = device::make_cpu_backend(std::is_same_v<T, double> ? "fp64" : "fp32");
   ws_.be = backend_.get();
   ws_.resize(dims_, tpctx_.gathers());
   const std::vector<std::int32_t> seq_pos = geometry_.cp_positions(coord_.cp);
@@ -189,7 +190,7 @@ void Trainer<T>::init_params() {
     if (!store_.holds(static_cast<int>(u))) continue;
     std::vector<T> buf(static_cast<std::size_t>(table_.units[u].size));
     init_unit(buf.data(), table_.units[u], cfg_.training.seed, cfg_.model.layers);
-    store_.write_unit(static_cast<int>(u), buf.data());
+    store_.write_unit<T>(static_cast<int>(u), buf.data());
   }
 }
 
@@ -197,7 +198,7 @@ template <class T>
 std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::gather_params() {
   std::vector<std::vector<T>> units(table_.units.size());
   for (std::size_t u = 0; u < table_.units.size(); ++u)
-    if (store_.holds(static_cast<int>(u))) units[u] = store_.read_unit(static_cast<int>(u));
+    if (store_.holds(static_cast<int>(u))) units[u] = store_.read_unit<T>(static_cast<int>(u));
   return assemble(units);
 }
 
@@ -209,7 +210,8 @@ std::vector<std::pair<std::string, std::vector<T>>> Trainer<T>::gather_grads() {
     if (!store_.holds(uu)) continue;
     Comm& g = store_.group(uu);
     std::vector<T> full(static_cast<std::size_t>(store_.shard_len(uu) * g.size()));
-    g.all_gather(store_.grad_shard(uu), full.data(), store_.shard_len(uu));
+    const std::vector<T> shard = store_.read_grad_shard<T>(uu);
+    g.all_gather(shard.data(), full.data(), store_.shard_len(uu));
     full.resize(static_cast<std::size_t>(table_.units[u].size));
     units[u] = std::move(full);
   }
@@ -281,7 +283,7 @@ void Trainer<T>::load(const std::string& path) {
       const std::vector<T> full = file.read<T>(t.name, t.shape());
       for (std::int64_t i = 0; i < t.numel(); ++i) buf[t.offset + i] = full[t.global_index(i)];
     }
-    store_.write_unit(static_cast<int>(u), buf.data());
+    store_.write_unit<T>(static_cast<int>(u), buf.data());
   }
 }
 

@@ -59,6 +59,7 @@ class Backend {
   virtual void upload(Buf dst, const double* src) = 0;
   virtual void upload(Buf dst, const std::int32_t* src) = 0;
   virtual void download(double* dst, Buf src) = 0;
+  virtual void download(float* dst, Buf src) = 0;   // float buffers (or narrower) out at full size
   virtual void copy(Buf dst, Buf src) = 0;   // same n, converting (e.g. fp32 master → bf16 weights)
   virtual void add(Buf y, Buf x) = 0;        // y += x, same n and type (residual stream)
   virtual void synchronize() = 0;

@@ -30,7 +30,7 @@ class Stage {
  public:
   // pos: global positions of the micro-batch's rows [n] (sequences back to back).
   Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
-        const ParamTable& table, ParamStore<T>& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos,
+        const ParamTable& table, ParamStore& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos,
         const ExpertParallel* ep = nullptr);  // ep: mixture-of-experts layers (nullptr: dense)
 
   const ChunkUnits& units() const { return units_; }
@@ -83,13 +83,14 @@ class Stage {
   // The MoE arguments of decoder unit u (its local experts acquired when `acquire`), or nullptr if dense.
   MoeLayer<T>* moe_layer(Slot& s, int u, int layer, bool acquire);
   void release_experts(int u);
+  const T* weights(int u) { return static_cast<const T*>(store_.acquire(u).p); }
 
   ChunkUnits units_;
   LayerDims dims_;
   TensorParallel tp_;
   ContextParallel<T>& cp_;
   const ParamTable& table_;
-  ParamStore<T>& store_;
+  ParamStore& store_;
   LayerWorkspace<T>& ws_;
   const std::vector<std::int32_t>& pos_;
   const ExpertParallel* ep_ = nullptr;

@@ -82,7 +82,7 @@ class Trainer {
   // The reduced (unclipped) gradient of the last step in the same form (collective).
   std::vector<std::pair<std::string, std::vector<T>>> gather_grads();
   const ParamTable& table() const { return table_; }
-  ParamStore<T>& store() { return store_; }
+  ParamStore& store() { return store_; }
   MemoryReport memory() const { return store_.memory(); }
   const BatchGeometry& geometry() const { return geometry_; }
   const ScheduleTable& schedule() const { return schedule_; }
@@ -121,12 +121,12 @@ class Trainer {
   ParamTable table_;
   std::vector<ChunkUnits> chunks_;
   std::vector<int> unit_owner_;  // pipeline rank holding each unit
-  ParamStore<T> store_;
+  std::unique_ptr<device::Backend> backend_;  // the kernels every layer calls (CPU: training.dtype)
+  ParamStore store_;                          // allocates on backend_: declared after it
   LayerDims dims_;
   TensorParallel tpctx_;
   MoeStats moe_stats_;
   ExpertParallel epctx_;
-  std::unique_ptr<device::Backend> backend_;  // the kernels every layer calls (CPU: training.dtype)
   LayerWorkspace<T> ws_;
   ContextParallel<T> cpctx_;
   std::vector<std::int32_t> pos_;        // global positions of a micro-batch's rows on this rank
