@@ -77,4 +77,54 @@ void LocalComm::all_to_all(Buf send, const std::int64_t* send_counts, Buf recv, 
   std::memmove(recv.p, send.p, static_cast<std::size_t>(send_counts[0]) * dtype_size(send.t));
 }
 
+namespace {
+struct Bracket {
+  const std::function<void()>& close;
+  Bracket(const std::function<void()>& open, const std::function<void()>& c) : close(c) { open(); }
+  ~Bracket() { close(); }
+};
+struct BracketedPending final : Request::Pending {
+  Request inner;
+  std::function<void()> open, close;
+  void wait() override {
+    const Bracket b(open, close);
+    inner.wait();
+  }
+  bool test() override {
+    const Bracket b(open, close);
+    return inner.test();
+  }
+};
+}  // namespace
+
+template <class F>
+auto HostAccessComm::bracketed(F&& f) {
+  const Bracket b(open_, close_);
+  return f();
+}
+
+Request HostAccessComm::wrap(Request r) {
+  if (!r.pending()) return r;
+  auto p = std::make_unique<BracketedPending>();
+  p->inner = std::move(r);
+  p->open = open_;
+  p->close = close_;
+  return Request(std::move(p));
+}
+
+void HostAccessComm::all_reduce(Buf b, ReduceOp op) { bracketed([&] { inner_.all_reduce(b, op); }); }
+void HostAccessComm::reduce_scatter(Buf s, Buf r, ReduceOp op) { bracketed([&] { inner_.reduce_scatter(s, r, op); }); }
+void HostAccessComm::all_gather(Buf s, Buf r) { bracketed([&] { inner_.all_gather(s, r); }); }
+void HostAccessComm::broadcast(Buf b, int root) { bracketed([&] { inner_.broadcast(b, root); }); }
+Request HostAccessComm::ireduce_scatter(Buf s, Buf r, ReduceOp op) {
+  return wrap(bracketed([&] { return inner_.ireduce_scatter(s, r, op); }));
+}
+Request HostAccessComm::iall_gather(Buf s, Buf r) { return wrap(bracketed([&] { return inner_.iall_gather(s, r); })); }
+Request HostAccessComm::isend(Buf b, int peer, int tag) { return wrap(bracketed([&] { return inner_.isend(b, peer, tag); })); }
+Request HostAccessComm::irecv(Buf b, int peer, int tag) { return wrap(bracketed([&] { return inner_.irecv(b, peer, tag); })); }
+void HostAccessComm::all_to_all(Buf s, const std::int64_t* sc, Buf r, const std::int64_t* rc) {
+  bracketed([&] { inner_.all_to_all(s, sc, r, rc); });
+}
+void HostAccessComm::barrier() { bracketed([&] { inner_.barrier(); }); }
+
 }  // namespace meshrun::comm

@@ -1,5 +1,9 @@
 // Backend selection and mixed-precision bookkeeping (no GPU needed).
 #include <catch2/catch.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -302,4 +306,59 @@ TEST_CASE("cpu backend: streams and events are no-ops (every call has completed)
   be->release(e2);
   CHECK(e.handle == nullptr);
   CHECK(b.get(y) == std::vector<double>{11, 22});
+}
+
+namespace {
+// Runs f in a child process; returns the signal that ended it (0: it exited normally).
+template <class F>
+int signal_of(F&& f) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::signal(SIGSEGV, SIG_DFL);  // not the test framework's handler: the child just dies
+    f();
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+}  // namespace
+
+TEST_CASE("strict cpu backend: tensor memory is addressable only inside backend calls", "[device]") {
+  auto strict = make_strict_cpu_backend("fp32");
+  auto plain = make_cpu_backend("fp32");
+  const std::vector<float> x{1.f, -2.f, 3.f, 0.5f};
+  Buf a = strict->alloc(4, DType::f32), b = strict->alloc(4, DType::f32);
+  strict->upload(a, x.data());
+  strict->copy(b, a);
+  strict->add(b, a);
+  std::vector<double> got(4);
+  strict->download(got.data(), b.at(1, 3));
+  CHECK(got[0] == -4.0);
+  CHECK(got[2] == 1.0);
+  // The same numbers as the plain CPU backend (it runs the same kernels).
+  CHECK(strict->sum_squares(std::vector<Buf>{a}) == plain->sum_squares(std::vector<Buf>{host_buf(x.data(), 4)}));
+  // A host read or write of the buffer between calls faults, as it would on device memory.
+  CHECK(signal_of([&] { volatile float v = static_cast<float*>(a.p)[0]; (void)v; }) == SIGSEGV);
+  CHECK(signal_of([&] { static_cast<float*>(b.p)[3] = 1.f; }) == SIGSEGV);
+  // Host access (a communicator's window) opens the whole arena, and closes it again.
+  CHECK(signal_of([&] {
+          strict->begin_host_access();
+          volatile float v = static_cast<float*>(a.p)[0];
+          (void)v;
+          strict->end_host_access();
+        }) == 0);
+  CHECK(signal_of([&] {
+          strict->begin_host_access();
+          strict->end_host_access();
+          volatile float v = static_cast<float*>(a.p)[0];
+          (void)v;
+        }) == SIGSEGV);
+  // The plain backend's memory is host memory: the same read is fine there (the control).
+  Buf c = plain->alloc(4, DType::f32);
+  plain->upload(c, x.data());
+  CHECK(signal_of([&] { volatile float v = static_cast<float*>(c.p)[0]; (void)v; }) == 0);
+  plain->release(c);
+  strict->release(a);
+  strict->release(b);
 }

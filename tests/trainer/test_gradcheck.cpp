@@ -42,9 +42,16 @@ ModelSpec tiny_moe_model() {
 struct Setup {
   ModelSpec spec;
   double aux_coef = 0;  // MoE: the load-balancing loss's weight (large, so its gradient matters)
-  LocalComm tp, dp, ep_comm, cp_comm;
   ParamTable table = build_param_table(spec, 1, 0);
-  std::unique_ptr<device::Backend> backend = device::make_cpu_backend("fp64");
+  std::unique_ptr<device::Backend> backend = device::strict_backend_requested() ? device::make_strict_cpu_backend("fp64")
+                                                                             : device::make_cpu_backend("fp64");
+  // Groups of one; their host copies open the backend's memory (the strict backend, as the trainer does).
+  LocalComm local_tp, local_dp, local_ep, local_cp;
+  comm::HostAccessComm tp = bracketed(local_tp), dp = bracketed(local_dp), ep_comm = bracketed(local_ep),
+                 cp_comm = bracketed(local_cp);
+  comm::HostAccessComm bracketed(Comm& c) {
+    return comm::HostAccessComm(c, [this] { backend->begin_host_access(); }, [this] { backend->end_host_access(); });
+  }
   ParamStore store{table, 0, dp, *backend};
   static constexpr std::int64_t S = 5, mbs = 2;
   BatchGeometry geometry = [] {
@@ -56,26 +63,29 @@ struct Setup {
     return *batch_geometry(t, Layout{}, &err);
   }();
   LayerDims dims = LayerDims::make(spec, geometry, 1, 0);
-  TensorParallel tpc{&tp, false, dims.n, dims.nl, dims.h};
-  LayerWorkspace<double> ws = [this] {
-    LayerWorkspace<double> w;
-    w.be = backend.get();
-    return w;
+  TensorParallel tpc{&tp, false, dims.n, dims.nl, dims.h, backend.get()};
+  LayerWorkspace ws;
+  device::DeviceBuffer pos = [this] {
+    const std::vector<std::int32_t> p{0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
+    device::DeviceBuffer b(*backend, 10, device::DType::i32);
+    backend->upload(b, p.data());
+    return b;
   }();
-  std::vector<std::int32_t> pos{0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
   // The whole model as one pipeline chunk (embedding, both layers, head).
-  ContextParallel<double> cpc = [this] {
-    ContextParallel<double> c;  // a group of one: plain causal attention
+  ContextParallel cpc = [this] {
+    ContextParallel c;  // a group of one: plain causal attention
     c.seq = S;
     c.mbs = mbs;
     c.hq = dims.hq;
     c.hkv = dims.hkv;
     c.dh = dims.dh;
+    c.resize(*backend);
     return c;
   }();
   MoeStats stats;
   ExpertParallel epc = [this] {
     ExpertParallel e;  // one EP rank holding every expert
+    e.be = backend.get();
     e.ep = &ep_comm;
     e.cp = &cp_comm;
     e.experts = spec.experts;
@@ -87,20 +97,20 @@ struct Setup {
     e.stats = &stats;
     return e;
   }();
-  Stage<double> stage{chunk_units(table, {spec.layers}).front(), dims, tpc, cpc, table, store, ws, pos,
-                      spec.experts > 0 ? &epc : nullptr};
+  Stage stage{chunk_units(table, {spec.layers}).front(), dims, tpc, cpc, table, store, ws, pos,
+              spec.experts > 0 ? &epc : nullptr};
   std::vector<std::int32_t> ids{1, 5, 3, 9, 0, 7, 7, 2, 10, 4};
   std::vector<std::int32_t> tgt{5, 3, 9, 0, 6, 7, 2, 10, 4, 8};
   double scale = 1.0 / (S * mbs);
 
   void load() {
-    std::copy(ids.begin(), ids.end(), stage.ids(0));
-    std::copy(tgt.begin(), tgt.end(), stage.targets(0));
+    backend->upload(stage.ids(0), ids.data());
+    backend->upload(stage.targets(0), tgt.data());
   }
 
   explicit Setup(ModelSpec m = tiny_model(), double coef = 0) : spec(m), aux_coef(coef) {
     stats.reset(spec.layers, spec.experts);
-    ws.resize(dims, false);
+    ws.resize(*backend, dims, false);
     for (std::size_t u = 0; u < table.units.size(); ++u) {
       std::vector<double> buf(table.units[u].size);
       init_unit(buf.data(), table.units[u], 3, spec.layers);

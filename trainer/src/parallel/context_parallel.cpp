@@ -1,14 +1,9 @@
 #include "meshrun/train/parallel/context_parallel.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <utility>
 
-#include "meshrun/kernels/cpu.hpp"
-
 namespace meshrun::train {
-
-namespace kc = meshrun::kernels::cpu;
 
 namespace {
 constexpr int kTagKv = 21, kTagDkv = 22;
@@ -25,8 +20,8 @@ int chunk_of(int r, int j, int cp) { return j == 0 ? r : 2 * cp - 1 - r; }
 
 // Every visible (query half, key half) pair of the micro-batch against the K/V block of CP rank s, in a
 // fixed order (sequence, query half, key half). f(q_row0, k_row0, qpos, kpos, diagonal).
-template <class T, class F>
-void for_visible_pairs(const ContextParallel<T>& cp, int s, F&& f) {
+template <class F>
+void for_visible_pairs(const ContextParallel& cp, int s, F&& f) {
   const int P = cp.size(), r = cp.rank();
   const std::int64_t C = cp.seq / 2;
   for (std::int64_t b = 0; b < cp.mbs; ++b)
@@ -34,161 +29,180 @@ void for_visible_pairs(const ContextParallel<T>& cp, int s, F&& f) {
       for (int kk = 0; kk < 2; ++kk) {
         const int qc = chunk_of(r, j, P), kc = chunk_of(s, kk, P);
         if (kc > qc) continue;  // the whole key chunk lies after the query chunk: fully masked
-        f(b * cp.seq + j * C, b * cp.seq + kk * C, cp.pos[r].data() + j * C, cp.pos[s].data() + kk * C, kc == qc);
+        f(b * cp.seq + j * C, b * cp.seq + kk * C, cp.pos_buf[r].at(j * C, C), cp.pos_buf[s].at(kk * C, C), kc == qc);
       }
 }
 
-template <class T>
-void attend_block(ContextParallel<T>& cp, T* out, T* lse, std::vector<char>& have, const T* q, const T* kblk,
-                  const T* vblk, int s, double scale) {
+// Rows [row0, row0 + rows) of a [·, heads, dh] tensor (heads·dh = width).
+Buf rows_of(Buf t, std::int64_t row0, std::int64_t rows, std::int64_t width) { return t.at(row0 * width, rows * width); }
+
+void attend_block(ContextParallel& cp, Buf out, Buf lse, std::vector<char>& have, Buf q, Buf kblk, Buf vblk, int s,
+                  double scale) {
   const std::int64_t C = cp.seq / 2, hq = cp.hq, hkv = cp.hkv, dh = cp.dh;
-  const kc::AttentionDims ad{C, C, hq, hkv, dh};
-  for_visible_pairs(cp, s, [&](std::int64_t qr, std::int64_t kr, const std::int32_t* qp, const std::int32_t* kp, bool diag) {
-    T* o = out + qr * hq * dh;
-    T* l = lse + qr * hq;
+  const device::AttentionDims ad{C, C, hq, hkv, dh};
+  for_visible_pairs(cp, s, [&](std::int64_t qr, std::int64_t kr, Buf qp, Buf kp, bool diag) {
+    const Buf o = rows_of(out, qr, C, hq * dh), l = rows_of(lse, qr, C, hq);
+    const Buf qq = rows_of(q, qr, C, hq * dh), kk = rows_of(kblk, kr, C, hkv * dh), vv = rows_of(vblk, kr, C, hkv * dh);
     const std::size_t slot = static_cast<std::size_t>(qr / C);
     if (!have[slot]) {
-      kc::attention_forward(o, l, q + qr * hq * dh, kblk + kr * hkv * dh, vblk + kr * hkv * dh, qp, kp, ad, scale);
+      cp.be->attention_forward(o, l, qq, kk, vv, qp, kp, ad, scale);
       have[slot] = 1;
     } else {
-      kc::attention_forward(cp.part_out.data(), cp.part_lse.data(), q + qr * hq * dh, kblk + kr * hkv * dh,
-                            vblk + kr * hkv * dh, qp, kp, ad, scale);
-      kc::attention_merge(o, l, cp.part_out.data(), cp.part_lse.data(), C * hq, dh);
+      const Buf po = cp.part_out.at(0, C * hq * dh), pl = cp.part_lse.at(0, C * hq);
+      cp.be->attention_forward(po, pl, qq, kk, vv, qp, kp, ad, scale);
+      cp.be->attention_merge(o, l, po, pl, C * hq, dh);
     }
     cp.pairs += diag ? C * (C + 1) / 2 : C * C;
   });
 }
 
-template <class T>
-void attend_block_backward(ContextParallel<T>& cp, T* dq, T* dkblk, T* dvblk, const T* dout, const T* out,
-                           const T* lse, const T* q, const T* kblk, const T* vblk, int s, double scale) {
+void attend_block_backward(ContextParallel& cp, Buf dq, Buf dkblk, Buf dvblk, Buf dout, Buf out, Buf lse, Buf q,
+                           Buf kblk, Buf vblk, int s, double scale) {
   const std::int64_t C = cp.seq / 2, hq = cp.hq, hkv = cp.hkv, dh = cp.dh;
-  const kc::AttentionDims ad{C, C, hq, hkv, dh};
-  for_visible_pairs(cp, s, [&](std::int64_t qr, std::int64_t kr, const std::int32_t* qp, const std::int32_t* kp, bool) {
-    const std::int64_t qo = qr * hq * dh, ko = kr * hkv * dh;
-    kc::attention_backward(dq + qo, dkblk + ko, dvblk + ko, dout + qo, out + qo, lse + qr * hq, q + qo, kblk + ko,
-                           vblk + ko, qp, kp, ad, scale);
+  const device::AttentionDims ad{C, C, hq, hkv, dh};
+  for_visible_pairs(cp, s, [&](std::int64_t qr, std::int64_t kr, Buf qp, Buf kp, bool) {
+    const std::int64_t qw = hq * dh, kw = hkv * dh;
+    cp.be->attention_backward(rows_of(dq, qr, C, qw), rows_of(dkblk, kr, C, kw), rows_of(dvblk, kr, C, kw),
+                              rows_of(dout, qr, C, qw), rows_of(out, qr, C, qw), rows_of(lse, qr, C, hq),
+                              rows_of(q, qr, C, qw), rows_of(kblk, kr, C, kw), rows_of(vblk, kr, C, kw), qp, kp, ad,
+                              scale);
   });
 }
 }  // namespace
 
-template <class T>
-void ContextParallel<T>::resize() {
+void ContextParallel::resize(device::Backend& backend) {
+  be = &backend;
+  const DType t = backend.precision().param;
+  pos_buf.clear();
+  for (const auto& p : pos) {
+    pos_buf.emplace_back(backend, static_cast<std::int64_t>(p.size()), DType::i32);
+    backend.upload(pos_buf.back(), p.data());
+  }
   const std::int64_t kvn = mbs * seq * hkv * dh;
   const int P = size();
   if (P == 1) return;
-  kv_send.assign(static_cast<std::size_t>(2 * kvn), T(0));
-  kv_recv.assign(static_cast<std::size_t>(2 * kvn), T(0));
-  dkv_send.assign(static_cast<std::size_t>(2 * kvn), T(0));
-  dkv_recv.assign(static_cast<std::size_t>(2 * kvn), T(0));
+  auto make = [&](device::DeviceBuffer& b, std::int64_t n) {
+    b = device::DeviceBuffer(backend, n, t);
+    backend.zero(b);
+  };
+  make(kv_send, 2 * kvn);
+  make(kv_recv, 2 * kvn);
+  make(dkv_send, 2 * kvn);
+  make(dkv_recv, 2 * kvn);
   if (mode == CpComm::allgather) {
-    kv_all.assign(static_cast<std::size_t>(2 * kvn * P), T(0));
-    dkv_all.assign(static_cast<std::size_t>(2 * kvn * P), T(0));
+    make(kv_all, 2 * kvn * P);
+    make(dkv_all, 2 * kvn * P);
   }
-  part_out.assign(static_cast<std::size_t>(seq / 2 * hq * dh), T(0));
-  part_lse.assign(static_cast<std::size_t>(seq / 2 * hq), T(0));
+  make(part_out, seq / 2 * hq * dh);
+  make(part_lse, seq / 2 * hq);
 }
 
-template <class T>
-void cp_attention_forward(ContextParallel<T>& cp, T* out, T* lse, const T* q, const T* k, const T* v,
-                          const std::int32_t* qpos, double scale) {
+std::int64_t ContextParallel::bytes() const {
+  std::int64_t n = 0;
+  for (const device::DeviceBuffer* b : {&kv_send, &kv_recv, &kv_all, &dkv_send, &dkv_recv, &dkv_all, &part_out, &part_lse})
+    n += b->bytes();
+  return n;
+}
+
+void cp_attention_forward(ContextParallel& cp, Buf out, Buf lse, Buf q, Buf k, Buf v, Buf qpos, double scale) {
   const Timed timed{cp.seconds};
+  device::Backend& be = *cp.be;
   const std::int64_t S = cp.seq, hq = cp.hq, hkv = cp.hkv, dh = cp.dh;
   const int P = cp.size(), r = cp.rank();
   if (P == 1) {
-    const kc::AttentionDims ad{S, S, hq, hkv, dh};
-    for (std::int64_t b = 0; b < cp.mbs; ++b)
-      kc::attention_forward(out + b * S * hq * dh, lse + b * S * hq, q + b * S * hq * dh, k + b * S * hkv * dh,
-                            v + b * S * hkv * dh, qpos + b * S, qpos + b * S, ad, scale);
+    const device::AttentionDims ad{S, S, hq, hkv, dh};
+    for (std::int64_t b = 0; b < cp.mbs; ++b) {
+      const Buf pb = qpos.at(b * S, S);
+      be.attention_forward(rows_of(out, b * S, S, hq * dh), rows_of(lse, b * S, S, hq), rows_of(q, b * S, S, hq * dh),
+                           rows_of(k, b * S, S, hkv * dh), rows_of(v, b * S, S, hkv * dh), pb, pb, ad, scale);
+    }
     cp.pairs += cp.mbs * S * (S + 1) / 2;
     return;
   }
   const std::int64_t kvn = cp.mbs * S * hkv * dh;
   std::vector<char> have(static_cast<std::size_t>(cp.mbs * 2), 0);
+  be.copy(cp.kv_send.at(0, kvn), k.at(0, kvn));
+  be.copy(cp.kv_send.at(kvn, kvn), v.at(0, kvn));
   if (cp.mode == CpComm::allgather) {
-    std::copy(k, k + kvn, cp.kv_send.data());
-    std::copy(v, v + kvn, cp.kv_send.data() + kvn);
-    cp.cp->all_gather(cp.kv_send.data(), cp.kv_all.data(), 2 * kvn);
+    cp.cp->all_gather(cp.kv_send.at(0, 2 * kvn), cp.kv_all.at(0, 2 * kvn * P));
     for (int i = 0; i < P; ++i) {
       const int s = (r - i + P) % P;
-      const T* blk = cp.kv_all.data() + static_cast<std::int64_t>(s) * 2 * kvn;
-      attend_block(cp, out, lse, have, q, blk, blk + kvn, s, scale);
+      const Buf blk = cp.kv_all.at(static_cast<std::int64_t>(s) * 2 * kvn, 2 * kvn);
+      attend_block(cp, out, lse, have, q, blk.at(0, kvn), blk.at(kvn, kvn), s, scale);
     }
     return;
   }
-  std::copy(k, k + kvn, cp.kv_send.data());
-  std::copy(v, v + kvn, cp.kv_send.data() + kvn);
   for (int i = 0; i < P; ++i) {
     const int s = (r - i + P) % P;
     Request rx, tx;
     if (i < P - 1) {  // the next block travels while this one is computed
-      rx = cp.cp->irecv(host_buf(cp.kv_recv.data(), 2 * kvn), cp.prev, kTagKv);
-      tx = cp.cp->isend(host_buf(cp.kv_send.data(), 2 * kvn), cp.next, kTagKv);
+      rx = cp.cp->irecv(cp.kv_recv.at(0, 2 * kvn), cp.prev, kTagKv);
+      tx = cp.cp->isend(cp.kv_send.at(0, 2 * kvn), cp.next, kTagKv);
     }
-    attend_block(cp, out, lse, have, q, cp.kv_send.data(), cp.kv_send.data() + kvn, s, scale);
+    attend_block(cp, out, lse, have, q, cp.kv_send.at(0, kvn), cp.kv_send.at(kvn, kvn), s, scale);
     rx.wait();
     tx.wait();
     std::swap(cp.kv_send, cp.kv_recv);
   }
 }
 
-template <class T>
-void cp_attention_backward(ContextParallel<T>& cp, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse,
-                           const T* q, const T* k, const T* v, const std::int32_t* qpos, double scale) {
+void cp_attention_backward(ContextParallel& cp, Buf dq, Buf dk, Buf dv, Buf dout, Buf out, Buf lse, Buf q, Buf k,
+                           Buf v, Buf qpos, double scale) {
   const Timed timed{cp.seconds};
+  device::Backend& be = *cp.be;
   const std::int64_t S = cp.seq, hq = cp.hq, hkv = cp.hkv, dh = cp.dh;
   const int P = cp.size(), r = cp.rank();
   if (P == 1) {
-    const kc::AttentionDims ad{S, S, hq, hkv, dh};
+    const device::AttentionDims ad{S, S, hq, hkv, dh};
     for (std::int64_t b = 0; b < cp.mbs; ++b) {
-      const std::int64_t oq = b * S * hq * dh, okv = b * S * hkv * dh;
-      kc::attention_backward(dq + oq, dk + okv, dv + okv, dout + oq, out + oq, lse + b * S * hq, q + oq, k + okv,
-                             v + okv, qpos + b * S, qpos + b * S, ad, scale);
+      const std::int64_t qw = hq * dh, kw = hkv * dh;
+      const Buf pb = qpos.at(b * S, S);
+      be.attention_backward(rows_of(dq, b * S, S, qw), rows_of(dk, b * S, S, kw), rows_of(dv, b * S, S, kw),
+                            rows_of(dout, b * S, S, qw), rows_of(out, b * S, S, qw), rows_of(lse, b * S, S, hq),
+                            rows_of(q, b * S, S, qw), rows_of(k, b * S, S, kw), rows_of(v, b * S, S, kw), pb, pb, ad,
+                            scale);
     }
     return;
   }
   const std::int64_t kvn = cp.mbs * S * hkv * dh;
-  std::copy(k, k + kvn, cp.kv_send.data());
-  std::copy(v, v + kvn, cp.kv_send.data() + kvn);
+  be.copy(cp.kv_send.at(0, kvn), k.at(0, kvn));
+  be.copy(cp.kv_send.at(kvn, kvn), v.at(0, kvn));
   if (cp.mode == CpComm::allgather) {
     // K/V were not kept from the forward: gather them again; each rank's dK/dV contributions to every
     // block are reduce-scattered to the block's owner (fixed rank order).
-    cp.cp->all_gather(cp.kv_send.data(), cp.kv_all.data(), 2 * kvn);
-    std::fill(cp.dkv_all.begin(), cp.dkv_all.end(), T(0));
+    cp.cp->all_gather(cp.kv_send.at(0, 2 * kvn), cp.kv_all.at(0, 2 * kvn * P));
+    be.zero(cp.dkv_all);
     for (int i = 0; i < P; ++i) {
       const int s = (r - i + P) % P;
-      const T* blk = cp.kv_all.data() + static_cast<std::int64_t>(s) * 2 * kvn;
-      T* dblk = cp.dkv_all.data() + static_cast<std::int64_t>(s) * 2 * kvn;
-      attend_block_backward(cp, dq, dblk, dblk + kvn, dout, out, lse, q, blk, blk + kvn, s, scale);
+      const Buf blk = cp.kv_all.at(static_cast<std::int64_t>(s) * 2 * kvn, 2 * kvn);
+      const Buf dblk = cp.dkv_all.at(static_cast<std::int64_t>(s) * 2 * kvn, 2 * kvn);
+      attend_block_backward(cp, dq, dblk.at(0, kvn), dblk.at(kvn, kvn), dout, out, lse, q, blk.at(0, kvn),
+                            blk.at(kvn, kvn), s, scale);
     }
-    cp.cp->reduce_scatter(cp.dkv_all.data(), cp.dkv_recv.data(), 2 * kvn);
-    for (std::int64_t i = 0; i < kvn; ++i) {
-      dk[i] += cp.dkv_recv[i];
-      dv[i] += cp.dkv_recv[kvn + i];
-    }
+    cp.cp->reduce_scatter(cp.dkv_all.at(0, 2 * kvn * P), cp.dkv_recv.at(0, 2 * kvn), ReduceOp::sum);
+    be.add(dk.at(0, kvn), cp.dkv_recv.at(0, kvn));
+    be.add(dv.at(0, kvn), cp.dkv_recv.at(kvn, kvn));
     return;
   }
   // Ring: block s travels with its dK/dV accumulator; after P hops the accumulator is home.
-  std::fill(cp.dkv_send.begin(), cp.dkv_send.end(), T(0));
+  be.zero(cp.dkv_send);
   for (int i = 0; i < P; ++i) {
     const int s = (r - i + P) % P;
     Request rx, tx;
     if (i < P - 1) {
-      rx = cp.cp->irecv(host_buf(cp.kv_recv.data(), 2 * kvn), cp.prev, kTagKv);
-      tx = cp.cp->isend(host_buf(cp.kv_send.data(), 2 * kvn), cp.next, kTagKv);
+      rx = cp.cp->irecv(cp.kv_recv.at(0, 2 * kvn), cp.prev, kTagKv);
+      tx = cp.cp->isend(cp.kv_send.at(0, 2 * kvn), cp.next, kTagKv);
     }
-    attend_block_backward(cp, dq, cp.dkv_send.data(), cp.dkv_send.data() + kvn, dout, out, lse, q,
-                          cp.kv_send.data(), cp.kv_send.data() + kvn, s, scale);
-    cp.cp->sendrecv(host_buf(cp.dkv_send.data(), 2 * kvn), cp.next, host_buf(cp.dkv_recv.data(), 2 * kvn), cp.prev, kTagDkv);
+    attend_block_backward(cp, dq, cp.dkv_send.at(0, kvn), cp.dkv_send.at(kvn, kvn), dout, out, lse, q,
+                          cp.kv_send.at(0, kvn), cp.kv_send.at(kvn, kvn), s, scale);
+    cp.cp->sendrecv(cp.dkv_send.at(0, 2 * kvn), cp.next, cp.dkv_recv.at(0, 2 * kvn), cp.prev, kTagDkv);
     std::swap(cp.dkv_send, cp.dkv_recv);
     rx.wait();
     tx.wait();
     std::swap(cp.kv_send, cp.kv_recv);
   }
-  for (std::int64_t i = 0; i < kvn; ++i) {
-    dk[i] += cp.dkv_send[i];
-    dv[i] += cp.dkv_send[kvn + i];
-  }
+  be.add(dk.at(0, kvn), cp.dkv_send.at(0, kvn));
+  be.add(dv.at(0, kvn), cp.dkv_send.at(kvn, kvn));
 }
 
 std::vector<std::int64_t> causal_pairs_per_rank(std::int64_t S, int cp, bool zigzag) {
@@ -207,15 +221,5 @@ std::vector<std::int64_t> causal_pairs_per_rank(std::int64_t S, int cp, bool zig
   }
   return out;
 }
-
-#define MESHRUN_CP_INSTANTIATE(T)                                                                                  \
-  template struct ContextParallel<T>;                                                                              \
-  template void cp_attention_forward<T>(ContextParallel<T>&, T*, T*, const T*, const T*, const T*,                 \
-                                        const std::int32_t*, double);                                              \
-  template void cp_attention_backward<T>(ContextParallel<T>&, T*, T*, T*, const T*, const T*, const T*, const T*,  \
-                                         const T*, const T*, const std::int32_t*, double);
-MESHRUN_CP_INSTANTIATE(float)
-MESHRUN_CP_INSTANTIATE(double)
-#undef MESHRUN_CP_INSTANTIATE
 
 }  // namespace meshrun::train

@@ -21,12 +21,10 @@ int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Com
   return static_cast<int>(tag);
 }
 
-template <class T>
-PipelineRuntime<T>::PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype)
+PipelineRuntime::PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next, DType dtype)
     : stages_(std::move(stages)), pp_(pp), prev_(prev), next_(next), dtype_(dtype) {}
 
-template <class T>
-int PipelineRuntime<T>::peer(const Action& a, int expected) const {
+int PipelineRuntime::peer(const Action& a, int expected) const {
   if (a.peer != expected)
     throw std::logic_error("pipeline rank " + std::to_string(pp_.rank()) + ": " + action_text(a) +
                            " names peer " + std::to_string(a.peer) + " but the rank grid's neighbour is " +
@@ -34,16 +32,14 @@ int PipelineRuntime<T>::peer(const Action& a, int expected) const {
   return expected;
 }
 
-template <class T>
-Stage<T>& PipelineRuntime<T>::stage(int chunk, const Action& a) {
+Stage& PipelineRuntime::stage(int chunk, const Action& a) {
   if (chunk < 0 || chunk >= static_cast<int>(stages_.size()) || !stages_[chunk])
     throw std::logic_error("pipeline rank " + std::to_string(pp_.rank()) + " does not hold chunk " +
                            std::to_string(chunk) + " needed by " + action_text(a));
   return *stages_[chunk];
 }
 
-template <class T>
-std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, int microbatches, const Loader& load,
+std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int microbatches, const Loader& load,
                                             double loss_scale, PipelineTiming* timing) {
   const int chunks = static_cast<int>(stages_.size());
   std::vector<double> losses(static_cast<std::size_t>(microbatches), 0.0);
@@ -62,7 +58,7 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
     };
     switch (a.kind) {
       case ActionKind::F: {
-        Stage<T>& s = stage(a.chunk, a);
+        Stage& s = stage(a.chunk, a);
         if (s.units().first || s.units().last) load(a.microbatch, s.ids(a.microbatch), s.targets(a.microbatch));
         losses[a.microbatch] += s.forward(a.microbatch);
         account(t.f_s, t.chunk_f_s, t.f);
@@ -84,9 +80,9 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
       case ActionKind::send_grad: {
         // Activations go to the next pipeline rank, input gradients to the previous one.
         const bool grad = a.kind == ActionKind::send_grad;
-        Stage<T>& s = stage(a.chunk, a);
+        Stage& s = stage(a.chunk, a);
         s.hold(a.microbatch,
-               pp_.isend(host_buf(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden()),
+               pp_.isend(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch),
                          peer(a, grad ? prev_ : next_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_)),
                grad);
         break;
@@ -95,8 +91,8 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
       case ActionKind::recv_grad: {
         // Into the consuming chunk's slot: chunk+1 for an activation, chunk−1 for a gradient.
         const bool grad = a.kind == ActionKind::recv_grad;
-        Stage<T>& s = stage(grad ? a.chunk - 1 : a.chunk + 1, a);
-        pp_.irecv(host_buf(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden()),
+        Stage& s = stage(grad ? a.chunk - 1 : a.chunk + 1, a);
+        pp_.irecv(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch),
                   peer(a, grad ? next_ : prev_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_))
             .wait();
         t.wait_s += seconds_since(t0);
@@ -104,9 +100,9 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
       }
     }
   }
-  for (Stage<T>* s : stages_)
+  for (Stage* s : stages_)
     if (s) s->finish();
-  for (Stage<T>* s : stages_)
+  for (Stage* s : stages_)
     if (s && s->live_slots() != 0)
       throw std::logic_error("pipeline: chunk " + std::to_string(s->units().chunk) + " still holds " +
                              std::to_string(s->live_slots()) + " micro-batches after the step (a W is missing)");
@@ -115,7 +111,5 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
   return losses;
 }
 
-template class PipelineRuntime<float>;
-template class PipelineRuntime<double>;
 
 }  // namespace meshrun::train

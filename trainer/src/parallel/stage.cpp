@@ -26,58 +26,57 @@ std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<i
   return out;
 }
 
-template <class T>
-Stage<T>::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
-                const ParamTable& table, ParamStore& store, LayerWorkspace<T>& ws,
-                const std::vector<std::int32_t>& pos, const ExpertParallel* ep)
-    : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), ws_(ws), pos_(pos),
-      ep_(ep && table.experts > 0 ? ep : nullptr) {
+Stage::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel& cp,
+             const ParamTable& table, ParamStore& store, LayerWorkspace& ws, Buf pos, const ExpertParallel* ep)
+    : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), be_(store.backend()),
+      act_(be_.precision().param), ws_(ws), pos_(pos), ep_(ep && table.experts > 0 ? ep : nullptr) {
+  // One slot buffer holds activations and the per-row statistics next to them: one type for both.
+  if (be_.precision().stat != act_)
+    throw std::logic_error(std::string("pipeline stage: the ") + be_.name() + " backend keeps row statistics in " +
+                           dtype_name(be_.precision().stat) + " and activations in " + dtype_name(act_) +
+                           "; the stage's slots hold one type");
   for (int u : units_.units)
     if (u != table_.embed_unit() && u != table_.head_unit()) ++layer_count_;
   Slot probe;
   carve(probe);
   carve_backward(probe);
   // The largest single unit's backward part (a decoder layer, or the head) for fused backwards.
-  Carver<T> one;
+  Carver one{Buf{nullptr, 0, act_}};
   if (layer_count_ > 0) probe.layers[0].carve_backward(one, dims_);
-  Carver<T> head;
+  Carver head{Buf{nullptr, 0, act_}};
   if (units_.last) probe.head.carve_backward(head, dims_);
-  unit_grads_.assign(static_cast<std::size_t>(std::max(one.used, head.used)), T(0));
+  unit_grads_ = device::DeviceBuffer(be_, std::max(one.used, head.used), act_);
 }
 
-template <class T>
-void Stage<T>::carve(Slot& s) {
-  Carver<T> c{s.flat.empty() ? nullptr : s.flat.data(), 0};
+void Stage::carve(Slot& s) {
+  Carver c{s.flat.buf().p ? s.flat.buf() : Buf{nullptr, 0, act_}};
   s.x = c.take(dims_.nl * dims_.h);
   s.dy = c.take(dims_.nl * dims_.h);
   s.layers.resize(static_cast<std::size_t>(layer_count_));
   if (ep_) s.moe.resize(static_cast<std::size_t>(layer_count_));
-  for (DecoderActs<T>& a : s.layers) a.carve_forward(c, dims_);
+  for (DecoderActs& a : s.layers) a.carve_forward(c, dims_);
   if (units_.last) s.head.carve_forward(c, dims_);
   slot_elems_ = c.used;
 }
 
-template <class T>
-void Stage<T>::carve_backward(Slot& s) {
-  Carver<T> c{s.grads ? s.grads->flat.data() : nullptr, 0};
-  for (DecoderActs<T>& a : s.layers) a.carve_backward(c, dims_);
+void Stage::carve_backward(Slot& s) {
+  Carver c{s.grads ? s.grads->flat.buf() : Buf{nullptr, 0, act_}};
+  for (DecoderActs& a : s.layers) a.carve_backward(c, dims_);
   if (units_.last) s.head.carve_backward(c, dims_);
   grad_elems_ = c.used;
 }
 
-template <class T>
-std::int64_t Stage<T>::allocated_bytes() const {
-  const std::int64_t ints = units_.first || units_.last ? 2 * dims_.n * std::int64_t(sizeof(std::int32_t)) : 0;
-  std::int64_t moe = 0;
-  for (const auto& p : slots_)
-    for (const MoeActs<T>& m : p->moe) moe += m.bytes();
-  return moe + static_cast<std::int64_t>(slots_.size()) * (slot_elems_ * std::int64_t(sizeof(T)) + ints) +
-         static_cast<std::int64_t>(grad_buffers_.size()) * grad_elems_ * std::int64_t(sizeof(T)) +
-         static_cast<std::int64_t>(unit_grads_.size() * sizeof(T));
+std::int64_t Stage::allocated_bytes() const {
+  std::int64_t n = unit_grads_.bytes();
+  for (const auto& p : slots_) {
+    n += p->flat.bytes() + p->ids.bytes() + p->targets.bytes();
+    for (const MoeActs& m : p->moe) n += m.bytes();
+  }
+  for (const auto& g : grad_buffers_) n += g->flat.bytes();
+  return n;
 }
 
-template <class T>
-typename Stage<T>::Slot& Stage<T>::slot(int mb) {
+Stage::Slot& Stage::slot(int mb) {
   if (auto it = live_.find(mb); it != live_.end()) return *it->second;
   Slot* s = nullptr;
   for (auto& p : slots_)
@@ -88,10 +87,13 @@ typename Stage<T>::Slot& Stage<T>::slot(int mb) {
   if (!s) {
     slots_.push_back(std::make_unique<Slot>());
     s = slots_.back().get();
-    s->flat.assign(static_cast<std::size_t>(slot_elems_), T(0));
+    s->flat = device::DeviceBuffer(be_, slot_elems_, act_);
+    be_.zero(s->flat);
     if (units_.first || units_.last) {
-      s->ids.assign(static_cast<std::size_t>(dims_.n), 0);
-      s->targets.assign(static_cast<std::size_t>(dims_.n), 0);
+      s->ids = device::DeviceBuffer(be_, dims_.n, DType::i32);
+      s->targets = device::DeviceBuffer(be_, dims_.n, DType::i32);
+      be_.zero(s->ids);
+      be_.zero(s->targets);
     }
     carve(*s);
   }
@@ -102,8 +104,7 @@ typename Stage<T>::Slot& Stage<T>::slot(int mb) {
   return *s;
 }
 
-template <class T>
-typename Stage<T>::Slot& Stage<T>::live(int mb, const char* what) {
+Stage::Slot& Stage::live(int mb, const char* what) {
   auto it = live_.find(mb);
   if (it == live_.end())
     throw std::logic_error(std::string("pipeline stage of chunk ") + std::to_string(units_.chunk) + ": " + what +
@@ -111,17 +112,12 @@ typename Stage<T>::Slot& Stage<T>::live(int mb, const char* what) {
   return *it->second;
 }
 
-template <class T>
-T* Stage<T>::activation(int mb) { return slot(mb).x; }
-template <class T>
-T* Stage<T>::gradient(int mb) { return slot(mb).dy; }
-template <class T>
-std::int32_t* Stage<T>::ids(int mb) { return slot(mb).ids.data(); }
-template <class T>
-std::int32_t* Stage<T>::targets(int mb) { return slot(mb).targets.data(); }
+Buf Stage::activation(int mb) { return slot(mb).x; }
+Buf Stage::gradient(int mb) { return slot(mb).dy; }
+Buf Stage::ids(int mb) { return slot(mb).ids.at(0, dims_.n); }
+Buf Stage::targets(int mb) { return slot(mb).targets.at(0, dims_.n); }
 
-template <class T>
-void Stage<T>::hold(int mb, Request send, bool gradient) {
+void Stage::hold(int mb, Request send, bool gradient) {
   Slot& s = live(mb, "a send");
   s.sends.push_back(std::move(send));
   if (gradient) {
@@ -130,61 +126,55 @@ void Stage<T>::hold(int mb, Request send, bool gradient) {
   }
 }
 
-template <class T>
-void Stage<T>::release_if_done(int mb, Slot& s) {
+void Stage::release_if_done(int mb, Slot& s) {
   if (!s.weights_done || (!units_.first && !s.gradient_sent)) return;
   s.free = true;
   live_.erase(mb);
 }
 
-template <class T>
-void Stage<T>::finish() {
+void Stage::finish() {
   for (auto& p : slots_) {
     for (Request& r : p->sends) r.wait();
     p->sends.clear();
   }
 }
 
-template <class T>
-MoeLayer<T>* Stage<T>::moe_layer(Slot& s, int u, int layer, bool acquire) {
+MoeLayer* Stage::moe_layer(Slot& s, int u, int layer, bool acquire) {
   if (!ep_) return nullptr;
   const int model_layer = u - table_.layer_unit(0);
   moe_args_.ep = ep_;
   moe_args_.layer = model_layer;
   moe_args_.acts = &s.moe[layer];
   moe_args_.ets = &table_.units[table_.expert_unit(model_layer, ep_->first_local())].tensors;
-  moe_args_.experts.assign(static_cast<std::size_t>(ep_->local), nullptr);
+  moe_args_.experts.assign(static_cast<std::size_t>(ep_->local), Buf{});
   if (acquire)
     for (int j = 0; j < ep_->local; ++j)
-      moe_args_.experts[j] = weights(table_.expert_unit(model_layer, ep_->first_local() + j));
+      moe_args_.experts[j] = store_.acquire(table_.expert_unit(model_layer, ep_->first_local() + j));
   return &moe_args_;
 }
 
-template <class T>
-void Stage<T>::release_experts(int u) {
+void Stage::release_experts(int u) {
   if (!ep_) return;
   const int model_layer = u - table_.layer_unit(0);
   for (int j = 0; j < ep_->local; ++j) store_.release(table_.expert_unit(model_layer, ep_->first_local() + j));
 }
 
-template <class T>
-double Stage<T>::forward(int mb) {
+double Stage::forward(int mb) {
   Slot& s = slot(mb);
-  const std::int32_t* pos = pos_.data();
   double loss = 0;
   int l = 0;
   for (std::size_t i = 0; i < units_.units.size(); ++i) {
     const int u = units_.units[i];
     const auto& ts = table_.units[u].tensors;
-    const T* w = weights(u);
+    const Buf w = store_.acquire(u);
     if (i + 1 < units_.units.size()) store_.prefetch(units_.units[i + 1]);  // ZeRO-3: arrives meanwhile
     if (u == table_.embed_unit()) {
-      embedding_forward(dims_, tp_, ts, w, s.ids.data(), s.x, ws_);
+      embedding_forward(dims_, tp_, ts, w, s.ids.at(0, dims_.n), s.x, ws_);
     } else if (u == table_.head_unit()) {
-      loss = head_forward(dims_, tp_, ts, w, s.head, s.x, s.targets.data(), ws_);
+      loss = head_forward(dims_, tp_, ts, w, s.head, s.x, s.targets.at(0, dims_.n), ws_);
     } else {
-      MoeLayer<T>* moe = moe_layer(s, u, l, true);
-      decoder_forward(dims_, tp_, cp_, ts, w, s.layers[l++], s.x, pos, ws_, moe);
+      MoeLayer* moe = moe_layer(s, u, l, true);
+      decoder_forward(dims_, tp_, cp_, ts, w, s.layers[l++], s.x, pos_, ws_, moe);
       release_experts(u);
     }
     store_.release(u);
@@ -192,30 +182,28 @@ double Stage<T>::forward(int mb) {
   return loss;
 }
 
-template <class T>
-void Stage<T>::unit_backward_input(Slot& s, int u, int layer, double loss_scale) {
+void Stage::unit_backward_input(Slot& s, int u, int layer, double loss_scale) {
   if (u == table_.embed_unit()) return;  // no input gradient; its W reads s.dy
   const auto& ts = table_.units[u].tensors;
-  const T* w = weights(u);
+  const Buf w = store_.acquire(u);
   // ZeRO-3: the unit before this one has the next input backward (not the embedding: it has none).
   const auto it = std::find(units_.units.begin(), units_.units.end(), u);
   if (it != units_.units.begin() && *(it - 1) != table_.embed_unit()) store_.prefetch(*(it - 1));
   if (u == table_.head_unit()) {
-    head_backward_input(dims_, tp_, ts, w, s.head, s.targets.data(), loss_scale, s.dy, ws_);
+    head_backward_input(dims_, tp_, ts, w, s.head, s.targets.at(0, dims_.n), loss_scale, s.dy, ws_);
   } else {
-    MoeLayer<T>* moe = moe_layer(s, u, layer, true);
-    decoder_backward_input(dims_, tp_, cp_, ts, w, s.layers[layer], s.dy, pos_.data(), ws_, moe);
+    MoeLayer* moe = moe_layer(s, u, layer, true);
+    decoder_backward_input(dims_, tp_, cp_, ts, w, s.layers[layer], s.dy, pos_, ws_, moe);
     release_experts(u);
   }
   store_.release(u);
 }
 
-template <class T>
-void Stage<T>::unit_backward_weight(Slot& s, int u, int layer) {
+void Stage::unit_backward_weight(Slot& s, int u, int layer) {
   const auto& ts = table_.units[u].tensors;
-  T* dw = static_cast<T*>(store_.grad_begin(u).p);
+  const Buf dw = store_.grad_begin(u);
   if (u == table_.embed_unit()) {
-    embedding_backward_weight(dims_, tp_, ts, dw, s.ids.data(), s.dy, ws_);
+    embedding_backward_weight(dims_, tp_, ts, dw, s.ids.at(0, dims_.n), s.dy, ws_);
   } else if (u == table_.head_unit()) {
     head_backward_weight(dims_, tp_, ts, dw, s.head, ws_);
   } else {
@@ -226,7 +214,7 @@ void Stage<T>::unit_backward_weight(Slot& s, int u, int layer) {
     const int model_layer = u - table_.layer_unit(0);
     for (int j = 0; j < ep_->local; ++j) {
       const int eu = table_.expert_unit(model_layer, ep_->first_local() + j);
-      T* de = static_cast<T*>(store_.grad_begin(eu).p);
+      const Buf de = store_.grad_begin(eu);
       moe_expert_backward_weight(*ep_, j, de, table_.units[eu].tensors, s.moe[layer], dims_.h);
       store_.grad_end(eu);
     }
@@ -234,9 +222,8 @@ void Stage<T>::unit_backward_weight(Slot& s, int u, int layer) {
 }
 
 // Layer index (into the slot's decoder activations) of each unit, in reverse unit order.
-template <class T>
 template <class F>
-void Stage<T>::for_units_reversed(F&& f) {
+void Stage::for_units_reversed(F&& f) {
   int l = layer_count_;
   for (auto it = units_.units.rbegin(); it != units_.units.rend(); ++it) {
     const int u = *it;
@@ -245,8 +232,7 @@ void Stage<T>::for_units_reversed(F&& f) {
   }
 }
 
-template <class T>
-void Stage<T>::backward_input(int mb, double loss_scale) {
+void Stage::backward_input(int mb, double loss_scale) {
   Slot& s = live(mb, "B");
   if (!s.grads) {
     for (auto& g : grad_buffers_)
@@ -257,7 +243,8 @@ void Stage<T>::backward_input(int mb, double loss_scale) {
     if (!s.grads) {
       grad_buffers_.push_back(std::make_unique<GradBuffer>());
       s.grads = grad_buffers_.back().get();
-      s.grads->flat.assign(static_cast<std::size_t>(grad_elems_), T(0));
+      s.grads->flat = device::DeviceBuffer(be_, grad_elems_, act_);
+      be_.zero(s.grads->flat);
     }
     s.grads->free = false;
     carve_backward(s);
@@ -265,8 +252,7 @@ void Stage<T>::backward_input(int mb, double loss_scale) {
   for_units_reversed([&](int u, int layer) { unit_backward_input(s, u, layer, loss_scale); });
 }
 
-template <class T>
-void Stage<T>::backward_weight(int mb) {
+void Stage::backward_weight(int mb) {
   Slot& s = live(mb, "W");
   if (!s.grads && grad_elems_ > 0) throw std::logic_error("pipeline stage: W of micro-batch " + std::to_string(mb) + " before its B");
   for_units_reversed([&](int u, int layer) { unit_backward_weight(s, u, layer); });
@@ -276,12 +262,11 @@ void Stage<T>::backward_weight(int mb) {
   release_if_done(mb, s);
 }
 
-template <class T>
-void Stage<T>::backward_fused(int mb, double loss_scale) {
+void Stage::backward_fused(int mb, double loss_scale) {
   Slot& s = live(mb, "BW");
   // W follows B unit by unit, so one unit's backward buffer is enough (the same operations as B then W).
   for_units_reversed([&](int u, int layer) {
-    Carver<T> c{unit_grads_.data(), 0};
+    Carver c{unit_grads_.buf()};
     if (layer >= 0) s.layers[layer].carve_backward(c, dims_);
     if (u == table_.head_unit()) s.head.carve_backward(c, dims_);
     unit_backward_input(s, u, layer, loss_scale);
@@ -291,16 +276,12 @@ void Stage<T>::backward_fused(int mb, double loss_scale) {
   release_if_done(mb, s);
 }
 
-template <class T>
-void Stage<T>::discard(int mb) {
+void Stage::discard(int mb) {
   Slot& s = live(mb, "freeing the slot");
   if (s.grads) s.grads->free = true;
   s.grads = nullptr;
   s.weights_done = s.gradient_sent = true;
   release_if_done(mb, s);
 }
-
-template class Stage<float>;
-template class Stage<double>;
 
 }  // namespace meshrun::train

@@ -1,48 +1,35 @@
 #include "meshrun/train/parallel/tensor_parallel.hpp"
 
-#include <algorithm>
-
 namespace meshrun::train {
 
-template <class T>
-void TensorParallel::reduce_rows(T* partial, T* out) const {
+void TensorParallel::reduce_rows(Buf partial, Buf out) const {
+  partial = partial.at(0, n * h);
   if (tp->size() == 1) {
-    if (partial != out) std::copy(partial, partial + n * h, out);
+    if (partial.p != out.p) be->copy(out.at(0, n * h), partial);
     return;
   }
-  if (sp) return tp->reduce_scatter(partial, out, nl * h);
-  tp->all_reduce(partial, n * h);
-  if (partial != out) std::copy(partial, partial + n * h, out);
+  if (sp) return tp->reduce_scatter(partial, out.at(0, nl * h), ReduceOp::sum);
+  tp->all_reduce(partial, ReduceOp::sum);
+  if (partial.p != out.p) be->copy(out.at(0, n * h), partial);
 }
 
-template <class T>
-void TensorParallel::gather_rows(const T* local, T* full) const {
+void TensorParallel::gather_rows(Buf local, Buf full) const {
+  local = local.at(0, nl * h);
   if (!gathers()) {
-    if (local != full) std::copy(local, local + nl * h, full);
+    if (local.p != full.p) be->copy(full.at(0, nl * h), local);
     return;
   }
-  tp->all_gather(local, full, nl * h);
+  tp->all_gather(local, full.at(0, n * h));
 }
 
-template <class T>
-const T* TensorParallel::full_rows(const T* local, T* scratch) const {
-  if (!gathers()) return local;
-  tp->all_gather(local, scratch, nl * h);
-  return scratch;
+Buf TensorParallel::full_rows(Buf local, Buf scratch) const {
+  if (!gathers()) return local.at(0, n * h);
+  tp->all_gather(local.at(0, nl * h), scratch.at(0, n * h));
+  return scratch.at(0, n * h);
 }
 
-template <class T>
-void TensorParallel::sum_replicated_grad(T* v, std::int64_t len) const {
-  if (gathers()) tp->all_reduce(v, len);
+void TensorParallel::sum_replicated_grad(Buf v) const {
+  if (gathers()) tp->all_reduce(v, ReduceOp::sum);
 }
-
-#define MESHRUN_TP_INSTANTIATE(T)                                                   \
-  template void TensorParallel::reduce_rows<T>(T*, T*) const;                       \
-  template void TensorParallel::gather_rows<T>(const T*, T*) const;                 \
-  template const T* TensorParallel::full_rows<T>(const T*, T*) const;               \
-  template void TensorParallel::sum_replicated_grad<T>(T*, std::int64_t) const;
-MESHRUN_TP_INSTANTIATE(float)
-MESHRUN_TP_INSTANTIATE(double)
-#undef MESHRUN_TP_INSTANTIATE
 
 }  // namespace meshrun::train

@@ -59,6 +59,11 @@ BatchGeometry geometry_or_throw(const JobConfig& cfg, const Layout& layout) {
   if (!g) throw std::invalid_argument(why);
   return *g;
 }
+// The CPU backend of the trainer's type (training.dtype); the strict one (a test instrument) when
+// MESHRUN_STRICT_BACKEND=1.
+std::unique_ptr<device::Backend> make_backend(const std::string& dtype) {
+  return device::strict_backend_requested() ? device::make_strict_cpu_backend(dtype) : device::make_cpu_backend(dtype);
+}
 std::vector<int> layers_or_throw(const JobConfig& cfg, const Layout& layout) {
   auto v = chunk_layers(cfg.model.layers, layout.pp * layout.virtual_stages);
   if (!v) throw std::invalid_argument("model.layers cannot be split into pp·virtual_stages pipeline chunks");
@@ -91,15 +96,19 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
     : cfg_(cfg),
       grid_(grid),
       coord_(grid.coords(rank)),
-      groups_(groups),
-      tp_(groups[GroupKind::tp]),
-      dp_(groups[GroupKind::dp_cp]),
-      pp_(groups[GroupKind::pp]),
+      backend_(make_backend(std::is_same_v<T, double> ? "fp64" : "fp32")),
+      host_access_groups_(device::strict_backend_requested()
+                              ? bracket_groups(groups, [be = backend_.get()] { be->begin_host_access(); },
+                                               [be = backend_.get()] { be->end_host_access(); })
+                              : Groups{}),
+      groups_(device::strict_backend_requested() ? host_access_groups_ : groups),
+      tp_(groups_[GroupKind::tp]),
+      dp_(groups_[GroupKind::dp_cp]),
+      pp_(groups_[GroupKind::pp]),
       geometry_(geometry_or_throw(cfg, grid.layout())),
       table_(build_param_table(cfg.model, grid.layout().tp, coord_.tp)),
       chunks_(chunk_units(table_, layers_or_throw(cfg, grid.layout()))),
       unit_owner_(table_.units.size(), 0),
-      backend_(device::make_cpu_backend(std::is_same_v<T, double> ? "fp64" : "fp32")),
       store_(table_, grid.layout().zero_stage,
              [&] {
                if (faults.edit_chunks) faults.edit_chunks(chunks_);
@@ -113,16 +122,21 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       dims_(LayerDims::make(cfg.model, geometry_, grid.layout().tp, coord_.tp)),
       tpctx_{&tp_, geometry_.sequence_parallel, dims_.n, dims_.nl, dims_.h} {
   const Layout& l = grid.layout();
-  ws_.be = backend_.get();
-  ws_.resize(dims_, tpctx_.gathers());
+  tpctx_.be = backend_.get();
+  ws_.resize(*backend_, dims_, tpctx_.gathers());
   const std::vector<std::int32_t> seq_pos = geometry_.cp_positions(coord_.cp);
-  for (std::int64_t b = 0; b < geometry_.micro_batch_size; ++b) pos_.insert(pos_.end(), seq_pos.begin(), seq_pos.end());
+  std::vector<std::int32_t> pos;
+  for (std::int64_t b = 0; b < geometry_.micro_batch_size; ++b) pos.insert(pos.end(), seq_pos.begin(), seq_pos.end());
+  pos_ = device::DeviceBuffer(*backend_, static_cast<std::int64_t>(pos.size()), DType::i32);
+  backend_->upload(pos_, pos.data());
+  ids_host_.assign(static_cast<std::size_t>(dims_.n), 0);
+  targets_host_.assign(static_cast<std::size_t>(dims_.n), 0);
   read_pos_ = seq_pos;
   if (faults.contiguous_cp_tokens)
     for (std::int64_t i = 0; i < geometry_.tokens_per_cp_rank; ++i)
       read_pos_[i] = static_cast<std::int32_t>(coord_.cp * geometry_.tokens_per_cp_rank + i);
   // Context parallelism: the CP group, its ring neighbours from mesh, every CP rank's positions.
-  cpctx_.cp = &groups[GroupKind::cp];
+  cpctx_.cp = &groups_[GroupKind::cp];
   cpctx_.mode = cfg.parallel.cp_comm == "allgather" ? CpComm::allgather : CpComm::ring;
   const auto cp_peers = grid.ring_peers(rank, Axis::cp);
   cpctx_.prev = grid.index_in_group(cp_peers.prev, GroupKind::cp);
@@ -133,12 +147,13 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   cpctx_.hq = dims_.hq;
   cpctx_.hkv = dims_.hkv;
   cpctx_.dh = dims_.dh;
-  cpctx_.resize();
+  cpctx_.resize(*backend_);
   // Expert parallelism: the EP group of this stage and TP rank (mesh's expert grid, ETP = TP).
   if (table_.experts > 0) {
-    epctx_.ep = &groups[GroupKind::ep];
+    epctx_.be = backend_.get();
+    epctx_.ep = &groups_[GroupKind::ep];
     if (epctx_.ep->rank() != coord_.ep) throw std::logic_error("the EP communicator's rank differs from the rank map's ep");
-    epctx_.cp = &groups[GroupKind::cp];
+    epctx_.cp = &groups_[GroupKind::cp];
     epctx_.experts = table_.experts;
     epctx_.top_k = table_.top_k;
     epctx_.local = table_.experts / l.ep;
@@ -152,10 +167,10 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
     moe_stats_.reset(table_.layers, table_.experts);
   }
   const int nchunks = l.pp * l.virtual_stages;
-  std::vector<Stage<T>*> by_chunk(static_cast<std::size_t>(nchunks), nullptr);
+  std::vector<Stage*> by_chunk(static_cast<std::size_t>(nchunks), nullptr);
   for (const ChunkUnits& c : chunks_) {
     if (chunk_rank(c.chunk, l.pp) != coord_.pp) continue;
-    stages_.push_back(std::make_unique<Stage<T>>(c, dims_, tpctx_, cpctx_, table_, store_, ws_, pos_,
+    stages_.push_back(std::make_unique<Stage>(c, dims_, tpctx_, cpctx_, table_, store_, ws_, pos_,
                                                  table_.experts > 0 ? &epctx_ : nullptr));
     by_chunk[c.chunk] = stages_.back().get();
   }
@@ -163,16 +178,13 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
     throw std::invalid_argument(why);
   schedule_ = generate_schedule(schedule_spec(cfg, l, geometry_));
   const auto peers = grid.ring_peers(rank, Axis::pp);
-  runtime_ = std::make_unique<PipelineRuntime<T>>(by_chunk, pp_, grid.index_in_group(peers.prev, GroupKind::pp),
+  runtime_ = std::make_unique<PipelineRuntime>(by_chunk, pp_, grid.index_in_group(peers.prev, GroupKind::pp),
                                                   grid.index_in_group(peers.next, GroupKind::pp), dtype_of<T>());
 }
 
 template <class T>
 std::int64_t Trainer<T>::activation_bytes() const {
-  std::int64_t n = ws_.bytes();
-  for (const std::vector<T>* v : {&cpctx_.kv_send, &cpctx_.kv_recv, &cpctx_.kv_all, &cpctx_.dkv_send, &cpctx_.dkv_recv,
-                                  &cpctx_.dkv_all, &cpctx_.part_out, &cpctx_.part_lse})
-    n += static_cast<std::int64_t>(v->size() * sizeof(T));
+  std::int64_t n = ws_.bytes() + cpctx_.bytes();
   for (const auto& s : stages_) n += s->allocated_bytes();
   return n;
 }
@@ -296,9 +308,12 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   const std::int64_t S = g.seq_len, Sl = g.tokens_per_cp_rank;
 
   // Micro-batch j of this data-parallel rank: of each of its sequences, the tokens of this CP rank.
-  auto load = [&](int j, std::int32_t* mb_ids, std::int32_t* mb_targets) {
+  auto load = [&](int j, Buf mb_ids, Buf mb_targets) {
     for (std::int64_t b = 0; b < g.micro_batch_size; ++b)
-      data.tokens(g.sequence_index(s, coord_.dp, j, b), read_pos_.data(), Sl, mb_ids + b * Sl, mb_targets + b * Sl);
+      data.tokens(g.sequence_index(s, coord_.dp, j, b), read_pos_.data(), Sl, ids_host_.data() + b * Sl,
+                  targets_host_.data() + b * Sl);
+    backend_->upload(mb_ids, ids_host_.data());
+    backend_->upload(mb_targets, targets_host_.data());
   };
 
   StepStats st;

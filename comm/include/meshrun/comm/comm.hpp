@@ -23,6 +23,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "meshrun/device/buffer.hpp"
@@ -172,6 +173,37 @@ class ForwardingComm : public Comm {
 
  private:
   std::unique_ptr<Comm> inner_;
+};
+
+// Brackets every operation of another communicator, and every wait and test of its requests, with
+// open() and close(): for a backend whose memory is addressable only on request (the strict CPU backend
+// of the tests, Backend::begin_host_access). MPI moves data only inside MPI calls, so this covers it.
+class HostAccessComm final : public Comm {
+ public:
+  using Comm::all_gather;
+  using Comm::all_reduce;
+  using Comm::reduce_scatter;
+  HostAccessComm(Comm& inner, std::function<void()> open, std::function<void()> close)
+      : inner_(inner), open_(std::move(open)), close_(std::move(close)) {}
+  int size() const override { return inner_.size(); }
+  int rank() const override { return inner_.rank(); }
+  void all_reduce(Buf b, ReduceOp op) override;
+  void reduce_scatter(Buf s, Buf r, ReduceOp op) override;
+  void all_gather(Buf s, Buf r) override;
+  void broadcast(Buf b, int root) override;
+  Request ireduce_scatter(Buf s, Buf r, ReduceOp op) override;
+  Request iall_gather(Buf s, Buf r) override;
+  Request isend(Buf b, int peer, int tag) override;
+  Request irecv(Buf b, int peer, int tag) override;
+  int max_tag() const override { return inner_.max_tag(); }
+  void all_to_all(Buf s, const std::int64_t* sc, Buf r, const std::int64_t* rc) override;
+  void barrier() override;
+
+ private:
+  template <class F> auto bracketed(F&& f);
+  Request wrap(Request r);
+  Comm& inner_;
+  std::function<void()> open_, close_;
 };
 
 }  // namespace meshrun::comm

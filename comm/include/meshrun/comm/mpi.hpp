@@ -53,5 +53,7 @@ struct Groups {
 Groups make_mpi_groups(MPI_Comm base, const RankGrid& grid);
 // Every group of size 1 (a single-process run, no MPI needed).
 Groups make_local_groups();
+// The same groups with every operation bracketed by open()/close() (HostAccessComm); `g` must outlive them.
+Groups bracket_groups(const Groups& g, const std::function<void()>& open, const std::function<void()>& close);
 
 }  // namespace meshrun::comm

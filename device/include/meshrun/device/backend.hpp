@@ -138,6 +138,12 @@ class Backend {
   virtual void adamw(std::span<const AdamTensor> tensors, const AdamW& hp) = 0;
   virtual double sum_squares(std::span<const Buf> xs) = 0;   // Σ over all tensors, in double on the host
 
+  // Host access for a communicator that reads and writes this backend's memory from the host (MPI on a
+  // CPU backend): the buffers are addressable from begin_host_access until the matching end (calls
+  // nest). Only the strict CPU backend, whose memory is unaddressable between its calls, does anything.
+  virtual void begin_host_access() {}
+  virtual void end_host_access() {}
+
   // Time spent per kernel kind so far (ms; CUDA: CUDA events on the compute stream), largest first.
   virtual std::vector<std::pair<std::string, double>> kernel_times() { return {}; }
   // One line on memory use (CUDA: device memory in use and total), "" where there is nothing to say.
@@ -145,6 +151,53 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const std::string& dtype);   // training.dtype
+// The CPU backend with its memory unaddressable (PROT_NONE) between calls: a test instrument that makes
+// any tensor access outside the seam fault (backend_strict.cpp). MESHRUN_STRICT_BACKEND=1 asks for it.
+std::unique_ptr<Backend> make_strict_cpu_backend(const std::string& dtype);
+bool strict_backend_requested();
+
+// One allocation of a backend, released with its owner. ensure() grows it (contents not kept) for
+// buffers whose size changes from call to call (expert rows), so a steady state allocates nothing.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& be, std::int64_t n, DType t) : be_(&be), b_(be.alloc(n, t)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept : be_(o.be_), b_(o.b_) { o.b_ = {}; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_;
+      b_ = o.b_;
+      o.b_ = {};
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+
+  // A view of the first n elements, reallocated first when the buffer holds fewer (or another type).
+  Buf ensure(Backend& be, std::int64_t n, DType t) {
+    if (!b_.p || b_.n < n || b_.t != t || be_ != &be) {
+      reset();
+      be_ = &be;
+      b_ = be.alloc(n, t);
+    }
+    return b_.at(0, n);
+  }
+  void reset() {
+    if (be_ && b_.p) be_->release(b_);
+    b_ = {};
+  }
+  const Buf& buf() const { return b_; }
+  operator Buf() const { return b_; }
+  Buf at(std::int64_t offset, std::int64_t count) const { return b_.at(offset, count); }
+  std::int64_t bytes() const { return b_.p ? b_.bytes() : 0; }
+
+ private:
+  Backend* be_ = nullptr;
+  Buf b_;
+};
 
 // CUDA: whether this build has the backend, how many devices are visible (0 with the runtime's reason),
 // and the backend on device `device` (an index among the visible ones).

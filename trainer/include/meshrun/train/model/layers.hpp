@@ -4,7 +4,8 @@
 // activation views exactly what W reads, so a pipeline schedule may run W later (zero-bubble) or right
 // after B (fused BW) with identical numbers. Weights and gradients are the unit's flat buffer and its
 // tensor table (offsets from params.hpp); activations are views into a stage's slot; all
-// tensor-parallel communication goes through TensorParallel.
+// tensor-parallel communication goes through TensorParallel. Every tensor is a backend buffer (Buf) and
+// every operation on one a Backend call or a collective: the layers never touch tensor memory.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -31,98 +32,84 @@ struct LayerDims {
   static LayerDims make(const ModelSpec& m, const BatchGeometry& g, int tp, int tp_rank);
 };
 
-// Hands out consecutive views of one flat buffer; with a null base it only counts (sizing pass).
-template <class T>
+// Hands out consecutive views of one buffer; with a null base it only counts (sizing pass).
 struct Carver {
-  T* base = nullptr;
+  Buf base;
   std::int64_t used = 0;
-  T* take(std::int64_t n) {
-    T* p = base ? base + used : nullptr;
+  Buf take(std::int64_t n) {
+    const Buf b = base.p ? base.at(used, n) : Buf{nullptr, n, base.t};
     used += n;
-    return p;
+    return b;
   }
 };
 
 // What a decoder layer keeps of one micro-batch between its forward, B and W.
-template <class T>
 struct DecoderActs {
   // forward
-  T *x_in, *rstd1, *xn1, *q, *k, *v, *att, *lse, *x2, *rstd2, *xn2, *gate, *up, *hact;
+  Buf x_in, rstd1, xn1, q, k, v, att, lse, x2, rstd2, xn2, gate, up, hact;
   // B, for W: gathered output gradients of the two row-parallel projections, the MLP gate/up gradients,
   // q/k/v gradients after RoPE, and the gradients at the two norms' outputs.
-  T *dmlp, *dgate, *dup, *dattn, *dq, *dk, *dv, *dxn2, *dxn1;
+  Buf dmlp, dgate, dup, dattn, dq, dk, dv, dxn2, dxn1;
   // The two parts live in different buffers: the forward part from F until W, the backward part only
   // from B until W (a schedule that runs W right after B needs one of those at a time).
-  void carve_forward(Carver<T>& c, const LayerDims& d);
-  void carve_backward(Carver<T>& c, const LayerDims& d);
+  void carve_forward(Carver& c, const LayerDims& d);
+  void carve_backward(Carver& c, const LayerDims& d);
 };
 
-template <class T>
 struct HeadActs {
-  T *xf_in, *rstd, *xf, *logits, *ce_max, *ce_sum, *ce_tgt, *ce_loss;  // logits become dlogits in B
-  T* dxf;  // backward part
-  void carve_forward(Carver<T>& c, const LayerDims& d);
-  void carve_backward(Carver<T>& c, const LayerDims& d);
+  Buf xf_in, rstd, xf, logits, ce_max, ce_sum, ce_tgt, ce_loss;  // logits become dlogits in B
+  Buf dxf;  // backward part
+  void carve_forward(Carver& c, const LayerDims& d);
+  void carve_backward(Carver& c, const LayerDims& d);
 };
 
 // Scratch shared by every unit of a rank (nothing in it lives from one call to the next).
-template <class T>
 struct LayerWorkspace {
   device::Backend* be = nullptr;  // every kernel call of the layers goes through it
-  std::vector<T> nh, nh_full, ff, att, xn_full, moe_scratch;
-  void resize(const LayerDims& d, bool sequence_parallel);
+  device::DeviceBuffer nh, nh_full, ff, att, xn_full, moe_scratch;
+  void resize(device::Backend& backend, const LayerDims& d, bool sequence_parallel);
   std::int64_t bytes() const;
 };
 
 // ---- embedding (vocab-parallel) --------------------------------------------------------------------
 // x[nl, h] = this rank's rows of the embedded ids[n].
-template <class T>
-void embedding_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
-                       const std::int32_t* ids, T* x, LayerWorkspace<T>& ws);
+void embedding_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                       Buf ids, Buf x, LayerWorkspace& ws);
 // dw += the table gradient from the gradient at the embedding's output dx[nl, h].
-template <class T>
 void embedding_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts,
-                               T* dw, const std::int32_t* ids, const T* dx, LayerWorkspace<T>& ws);
+                               Buf dw, Buf ids, Buf dx, LayerWorkspace& ws);
 
 // ---- decoder layer -----------------------------------------------------------------------------------
 // What a mixture-of-experts decoder layer gets besides its own unit (null for a dense layer): the EP
 // module, its activations of this micro-batch and its local experts' units (moe.hpp).
-template <class T>
 struct MoeLayer {
   const ExpertParallel* ep = nullptr;
   int layer = 0;
-  MoeActs<T>* acts = nullptr;
+  MoeActs* acts = nullptr;
   const std::vector<TensorSlot>* ets = nullptr;  // an expert unit's tensors (the same offsets for every expert)
-  std::vector<const T*> experts;                 // local experts' parameters (forward, B)
+  std::vector<Buf> experts;                      // local experts' parameters (forward, B)
 };
 
 // x[nl, h] in place: input -> output. pos[n]: global positions of the rows. Attention goes through the
 // context-parallel module (plain causal attention when cp = 1).
-template <class T>
-void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
-                     const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* x, const std::int32_t* pos,
-                     LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
+void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
+                     const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf x, Buf pos, LayerWorkspace& ws,
+                     MoeLayer* moe = nullptr);
 // dy[nl, h] in place: gradient at the output -> gradient at the input.
-template <class T>
-void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel<T>& cp,
-                            const std::vector<TensorSlot>& ts, const T* w, DecoderActs<T>& a, T* dy,
-                            const std::int32_t* pos, LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
-template <class T>
-void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
-                             DecoderActs<T>& a, LayerWorkspace<T>& ws, MoeLayer<T>* moe = nullptr);
+void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
+                            const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf dy, Buf pos,
+                            LayerWorkspace& ws, MoeLayer* moe = nullptr);
+void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf dw,
+                             DecoderActs& a, LayerWorkspace& ws, MoeLayer* moe = nullptr);
 
 // ---- head: final norm, lm_head, cross-entropy --------------------------------------------------------
 // Returns Σ over the micro-batch's rows of the cross-entropy (double, rows in order).
-template <class T>
-double head_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
-                    HeadActs<T>& a, const T* x, const std::int32_t* targets, LayerWorkspace<T>& ws);
+double head_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                    HeadActs& a, Buf x, Buf targets, LayerWorkspace& ws);
 // dx[nl, h] = gradient of loss_scale · Σ CE at the head's input.
-template <class T>
-void head_backward_input(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, const T* w,
-                         HeadActs<T>& a, const std::int32_t* targets, double loss_scale, T* dx,
-                         LayerWorkspace<T>& ws);
-template <class T>
-void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, T* dw,
-                          HeadActs<T>& a, LayerWorkspace<T>& ws);
+void head_backward_input(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                         HeadActs& a, Buf targets, double loss_scale, Buf dx, LayerWorkspace& ws);
+void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf dw,
+                          HeadActs& a, LayerWorkspace& ws);
 
 }  // namespace meshrun::train

@@ -27,22 +27,24 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/device/backend.hpp"
 #include "meshrun/train/comm_names.hpp"
 
 namespace meshrun::train {
 
 enum class CpComm { ring, allgather };
 
-template <class T>
 struct ContextParallel {
   Comm* cp = nullptr;
+  device::Backend* be = nullptr;
   CpComm mode = CpComm::ring;
   int prev = 0, next = 0;                       // ring neighbours in the cp group (mesh's ring_peers)
   std::vector<std::vector<std::int32_t>> pos;   // [cp rank] global positions of its rows of one sequence
   std::int64_t seq = 0;                         // local rows per sequence (S / cp)
   std::int64_t mbs = 0, hq = 0, hkv = 0, dh = 0;
-  // Scratch (sized by resize()).
-  std::vector<T> kv_send, kv_recv, kv_all, dkv_send, dkv_recv, dkv_all, part_out, part_lse;
+  // Backend buffers (made by resize()): every CP rank's positions, and scratch.
+  std::vector<device::DeviceBuffer> pos_buf;
+  device::DeviceBuffer kv_send, kv_recv, kv_all, dkv_send, dkv_recv, dkv_all, part_out, part_lse;
   // Visible (query, key) pairs this rank computed, summed over calls: the causal-attention work counter;
   // and the seconds spent in attention (forward and backward, communication included).
   std::int64_t pairs = 0;
@@ -50,17 +52,15 @@ struct ContextParallel {
 
   int size() const { return cp ? cp->size() : 1; }
   int rank() const { return cp ? cp->rank() : 0; }
-  void resize();
+  void resize(device::Backend& backend);
+  std::int64_t bytes() const;  // of the scratch
 };
 
 // out, lse: overwrite. q [n, hq, dh], k/v [n, hkv, dh] local rows (n = mbs·seq); qpos = the local positions.
-template <class T>
-void cp_attention_forward(ContextParallel<T>& cp, T* out, T* lse, const T* q, const T* k, const T* v,
-                          const std::int32_t* qpos, double scale);
+void cp_attention_forward(ContextParallel& cp, Buf out, Buf lse, Buf q, Buf k, Buf v, Buf qpos, double scale);
 // dq, dk, dv: ACCUMULATE this rank's q/k/v gradients (dk, dv of its own K/V block, from every rank's queries).
-template <class T>
-void cp_attention_backward(ContextParallel<T>& cp, T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse,
-                           const T* q, const T* k, const T* v, const std::int32_t* qpos, double scale);
+void cp_attention_backward(ContextParallel& cp, Buf dq, Buf dk, Buf dv, Buf dout, Buf out, Buf lse, Buf q, Buf k,
+                           Buf v, Buf qpos, double scale);
 
 // Visible causal (query, key) pairs per CP rank of one sequence of S tokens: zigzag (the trainer's) or a
 // contiguous split (rank r holds [r·S/cp, (r+1)·S/cp)), for the load-balance report.

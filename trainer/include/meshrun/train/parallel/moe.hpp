@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshrun/device/backend.hpp"
 #include "meshrun/train/comm_names.hpp"
 #include "meshrun/train/model/params.hpp"
 #include "meshrun/train/parallel/tensor_parallel.hpp"
@@ -35,6 +36,7 @@ struct MoeStats {
 };
 
 struct ExpertParallel {
+  device::Backend* be = nullptr;  // every tensor operation
   Comm* ep = nullptr;  // the EP group: ranks of one pipeline stage and TP rank holding different experts
   Comm* cp = nullptr;  // the CP group: the load-balancing statistics span every CP shard of a sequence
   int experts = 0, top_k = 0;
@@ -49,41 +51,41 @@ struct ExpertParallel {
   int first_local() const { return ep->rank() * local; }
 };
 
-// What an MoE layer keeps of one micro-batch (sizes vary with the routing: plain vectors).
-template <class T>
+// What an MoE layer keeps of one micro-batch. The expert rows' count varies with the routing: the buffers
+// grow to the largest seen and are viewed at this micro-batch's size.
 struct MoeActs {
+  std::int64_t n = 0;          // rows routed (all rows of the micro-batch)
+  std::int64_t rows_in = 0;    // R: rows received for the local experts
+  std::int64_t rows_sent = 0;  // assignments dispatched, in send order
   // forward
-  std::vector<T> probs;                  // [n, E]; becomes dlogits in B
-  std::vector<std::int32_t> sel;         // [n, k] selected experts
-  std::vector<T> wts;                    // [n, k] renormalised routing weights
-  std::vector<std::int64_t> slot_of;     // [n·k] row of each assignment in the send order, -1 if dropped
+  device::DeviceBuffer probs;      // [n, E]; becomes dlogits in B
+  device::DeviceBuffer sel;        // [n, k] selected experts (int32)
+  device::DeviceBuffer wts;        // [n, k] renormalised routing weights
+  device::DeviceBuffer slot;       // [n, k] row of each assignment in the send order, -1 if dropped (int32)
   std::vector<std::int64_t> send_rows, recv_rows;  // per EP rank
   std::vector<std::int64_t> recv_counts;           // [ep · local]: rows from source s for local expert j
-  std::vector<T> aux_grad;               // [E]: ∂aux/∂p(r, i), the same for every row
-  std::vector<T> xin, gate, up, hact;    // received rows [R, h], expert activations [R, f]
-  std::vector<T> ret;                    // expert outputs back in send order [sent, h]
+  device::DeviceBuffer aux_grad;   // [E]: ∂aux/∂p(r, i), the same for every row
+  device::DeviceBuffer xin, gate, up, hact;  // received rows [R, h], expert activations [R, f]
+  device::DeviceBuffer ret;        // expert outputs back in send order [sent, h]
   // backward (B for W)
-  std::vector<T> dout, dgate, dup;       // [R, h], [R, f]
+  device::DeviceBuffer dout, dgate, dup;  // [R, h], [R, f]
   std::int64_t bytes() const;
 };
 
 // xn[nl, h] (this rank's rows of the normed input) -> out[nl, h]. experts[j]: local expert j's unit.
-template <class T>
+// xn_full, y_full: [n, h] scratch.
 void moe_forward(const ExpertParallel& ep, const TensorParallel& tp, int layer, const std::vector<TensorSlot>& ts,
-                 const T* w, const std::vector<const T*>& experts, const std::vector<TensorSlot>& ets, MoeActs<T>& a,
-                 const T* xn, T* out, std::vector<T>& xn_full, std::vector<T>& y_full);
+                 Buf w, const std::vector<Buf>& experts, const std::vector<TensorSlot>& ets, MoeActs& a, Buf xn,
+                 Buf out, Buf xn_full, Buf y_full);
 // dy_full[n, h] (gradient at the output, all rows) -> dxn[nl, h] (at the normed input, this rank's rows).
-template <class T>
-void moe_backward_input(const ExpertParallel& ep, const TensorParallel& tp, const std::vector<TensorSlot>& ts,
-                        const T* w, const std::vector<const T*>& experts, const std::vector<TensorSlot>& ets,
-                        MoeActs<T>& a, const T* dy_full, T* dxn, std::vector<T>& scratch);
+void moe_backward_input(const ExpertParallel& ep, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                        const std::vector<Buf>& experts, const std::vector<TensorSlot>& ets, MoeActs& a, Buf dy_full,
+                        Buf dxn, device::DeviceBuffer& scratch);
 // Router gradient into dw (the layer unit's buffer). xn_full: all normed rows [n, h].
-template <class T>
-void moe_router_backward_weight(const ExpertParallel& ep, const std::vector<TensorSlot>& ts, T* dw, MoeActs<T>& a,
-                                const T* xn_full, std::int64_t n, std::int64_t h);
+void moe_router_backward_weight(const ExpertParallel& ep, const std::vector<TensorSlot>& ts, Buf dw, MoeActs& a,
+                                Buf xn_full, std::int64_t n, std::int64_t h);
 // Local expert j's gradient into de (its unit's buffer): every source's segment in source order.
-template <class T>
-void moe_expert_backward_weight(const ExpertParallel& ep, int j, T* de, const std::vector<TensorSlot>& ets,
-                                MoeActs<T>& a, std::int64_t h);
+void moe_expert_backward_weight(const ExpertParallel& ep, int j, Buf de, const std::vector<TensorSlot>& ets,
+                                MoeActs& a, std::int64_t h);
 
 }  // namespace meshrun::train

@@ -27,7 +27,6 @@ struct PipelineTiming {
 // depend on posting order. Throws with a message when it exceeds the communicator's tag range.
 int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Comm& pp);
 
-template <class T>
 class PipelineRuntime {
  public:
   // stages[c]: the stage of chunk c if this rank holds it, else nullptr. pp: the pipeline group, whose
@@ -35,17 +34,17 @@ class PipelineRuntime {
   // RankGrid::ring_peers): activations go to next and come from prev, gradients the other way, and a
   // table whose peer says otherwise is refused. load(mb, ids, targets): the micro-batch's tokens
   // (chunk 0 and last).
-  using Loader = std::function<void(int mb, std::int32_t* ids, std::int32_t* targets)>;
-  PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype);
+  using Loader = std::function<void(int mb, Buf ids, Buf targets)>;  // int32 backend buffers [n]
+  PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next, DType dtype);
 
   // Runs `actions`; returns each micro-batch's Σ cross-entropy (non-zero on the last chunk's rank only).
   std::vector<double> run(const std::vector<Action>& actions, int microbatches, const Loader& load,
                           double loss_scale, PipelineTiming* timing);
 
  private:
-  Stage<T>& stage(int chunk, const Action& a);
+  Stage& stage(int chunk, const Action& a);
   int peer(const Action& a, int expected) const;
-  std::vector<Stage<T>*> stages_;
+  std::vector<Stage*> stages_;
   Comm& pp_;
   int prev_, next_;
   DType dtype_;

@@ -25,20 +25,20 @@ struct ChunkUnits {
 };
 std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<int>& layers_per_chunk);
 
-template <class T>
 class Stage {
  public:
   // pos: global positions of the micro-batch's rows [n] (sequences back to back).
-  Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel<T>& cp,
-        const ParamTable& table, ParamStore& store, LayerWorkspace<T>& ws, const std::vector<std::int32_t>& pos,
+  // pos: [n] int32 backend buffer. Activations are allocated on the store's backend.
+  Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel& cp,
+        const ParamTable& table, ParamStore& store, LayerWorkspace& ws, Buf pos,
         const ExpertParallel* ep = nullptr);  // ep: mixture-of-experts layers (nullptr: dense)
 
   const ChunkUnits& units() const { return units_; }
   // Buffers of micro-batch mb's slot (taken on first use):
-  T* activation(int mb);           // [nl, h]: the chunk's input (received), the output after forward (sent)
-  T* gradient(int mb);             // [nl, h]: at the output before B (received), at the input after B (sent)
-  std::int32_t* ids(int mb);       // [n], read by chunk 0
-  std::int32_t* targets(int mb);   // [n], read by the last chunk
+  Buf activation(int mb);          // [nl, h]: the chunk's input (received), the output after forward (sent)
+  Buf gradient(int mb);            // [nl, h]: at the output before B (received), at the input after B (sent)
+  Buf ids(int mb);                 // [n] int32, read by chunk 0
+  Buf targets(int mb);             // [n] int32, read by the last chunk
   std::int64_t rows_times_hidden() const { return dims_.nl * dims_.h; }
 
   double forward(int mb);          // Σ cross-entropy of the micro-batch on the last chunk, else 0
@@ -58,17 +58,17 @@ class Stage {
 
  private:
   struct GradBuffer {
-    std::vector<T> flat;
+    device::DeviceBuffer flat;
     bool free = true;
   };
   struct Slot {
-    std::vector<T> flat;
+    device::DeviceBuffer flat;
     GradBuffer* grads = nullptr;  // taken at B, given back at W
-    std::vector<std::int32_t> ids, targets;
-    T *x = nullptr, *dy = nullptr;
-    std::vector<DecoderActs<T>> layers;
-    std::vector<MoeActs<T>> moe;  // per decoder layer of a mixture-of-experts model
-    HeadActs<T> head{};
+    device::DeviceBuffer ids, targets;
+    Buf x, dy;
+    std::vector<DecoderActs> layers;
+    std::vector<MoeActs> moe;  // per decoder layer of a mixture-of-experts model
+    HeadActs head{};
     std::vector<Request> sends;
     bool free = true, weights_done = false, gradient_sent = false;
   };
@@ -81,25 +81,26 @@ class Stage {
   void unit_backward_weight(Slot& s, int unit, int layer);
   template <class F> void for_units_reversed(F&& f);
   // The MoE arguments of decoder unit u (its local experts acquired when `acquire`), or nullptr if dense.
-  MoeLayer<T>* moe_layer(Slot& s, int u, int layer, bool acquire);
+  MoeLayer* moe_layer(Slot& s, int u, int layer, bool acquire);
   void release_experts(int u);
-  const T* weights(int u) { return static_cast<const T*>(store_.acquire(u).p); }
 
   ChunkUnits units_;
   LayerDims dims_;
   TensorParallel tp_;
-  ContextParallel<T>& cp_;
+  ContextParallel& cp_;
   const ParamTable& table_;
   ParamStore& store_;
-  LayerWorkspace<T>& ws_;
-  const std::vector<std::int32_t>& pos_;
+  device::Backend& be_;
+  DType act_;  // activations' type (Precision::param)
+  LayerWorkspace& ws_;
+  Buf pos_;
   const ExpertParallel* ep_ = nullptr;
-  MoeLayer<T> moe_args_;
+  MoeLayer moe_args_;
   int layer_count_ = 0;
   std::int64_t slot_elems_ = 0, grad_elems_ = 0;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<GradBuffer>> grad_buffers_;
-  std::vector<T> unit_grads_;  // one unit's backward part, for fused backwards
+  device::DeviceBuffer unit_grads_;  // one unit's backward part, for fused backwards
   std::map<int, Slot*> live_;
 };
 

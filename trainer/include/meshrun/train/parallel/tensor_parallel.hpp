@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 
+#include "meshrun/device/backend.hpp"
 #include "meshrun/train/comm_names.hpp"
 
 namespace meshrun::train {
@@ -19,17 +20,18 @@ struct TensorParallel {
   std::int64_t n = 0;   // rows of the micro-batch
   std::int64_t nl = 0;  // rows this rank keeps (n / tp under sequence parallelism, else n)
   std::int64_t h = 0;   // hidden size
+  device::Backend* be = nullptr;  // the copies
 
   int size() const { return tp->size(); }
   bool gathers() const { return sp && tp->size() > 1; }
   // Row-parallel partial sums [n, h] -> this rank's rows of the sum [nl, h]. `partial` is clobbered.
-  template <class T> void reduce_rows(T* partial, T* out) const;
+  void reduce_rows(Buf partial, Buf out) const;
   // This rank's rows [nl, h] -> all rows [n, h].
-  template <class T> void gather_rows(const T* local, T* full) const;
+  void gather_rows(Buf local, Buf full) const;
   // The rows a column-parallel projection reads: `local` itself, or all rows gathered into `scratch`.
-  template <class T> const T* full_rows(const T* local, T* scratch) const;
+  Buf full_rows(Buf local, Buf scratch) const;
   // Gradient of a replicated vector (norm weight) that each rank computed over its rows only.
-  template <class T> void sum_replicated_grad(T* v, std::int64_t len) const;
+  void sum_replicated_grad(Buf v) const;
 };
 
 }  // namespace meshrun::train

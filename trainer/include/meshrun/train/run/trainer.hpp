@@ -113,6 +113,8 @@ class Trainer {
   JobConfig cfg_;
   RankGrid grid_;
   Coord coord_;
+  std::unique_ptr<device::Backend> backend_;  // the kernels every layer calls (CPU: training.dtype)
+  Groups host_access_groups_;  // the strict backend's: the caller's groups, each call bracketed with host access
   const Groups& groups_;
   Comm& tp_;
   Comm& dp_;  // dp·cp: the replica group of dense units
@@ -121,19 +123,19 @@ class Trainer {
   ParamTable table_;
   std::vector<ChunkUnits> chunks_;
   std::vector<int> unit_owner_;  // pipeline rank holding each unit
-  std::unique_ptr<device::Backend> backend_;  // the kernels every layer calls (CPU: training.dtype)
-  ParamStore store_;                          // allocates on backend_: declared after it
+  ParamStore store_;
   LayerDims dims_;
   TensorParallel tpctx_;
   MoeStats moe_stats_;
   ExpertParallel epctx_;
-  LayerWorkspace<T> ws_;
-  ContextParallel<T> cpctx_;
-  std::vector<std::int32_t> pos_;        // global positions of a micro-batch's rows on this rank
+  LayerWorkspace ws_;
+  ContextParallel cpctx_;
+  device::DeviceBuffer pos_;             // global positions of a micro-batch's rows on this rank (int32)
   std::vector<std::int32_t> read_pos_;   // positions of one sequence this rank reads (= pos_'s unless a test fault)
-  std::vector<std::unique_ptr<Stage<T>>> stages_;
+  std::vector<std::int32_t> ids_host_, targets_host_;  // one micro-batch's tokens on their way to the stage
+  std::vector<std::unique_ptr<Stage>> stages_;
   ScheduleTable schedule_;
-  std::unique_ptr<PipelineRuntime<T>> runtime_;
+  std::unique_ptr<PipelineRuntime> runtime_;
 };
 
 }  // namespace meshrun::train
