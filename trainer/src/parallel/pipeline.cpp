@@ -9,17 +9,10 @@ namespace meshrun::train {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// Every transfer uses this one tag: messages pair per peer in list order, which validate_schedule checks
+// (NCCL has no tags, so nothing may depend on them).
+constexpr int kTag = 0;
 }  // namespace
-
-int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Comm& pp) {
-  const std::int64_t tag = (static_cast<std::int64_t>(microbatch) * chunks + chunk) * 2 + (gradient ? 1 : 0);
-  if (tag > pp.max_tag())
-    throw std::runtime_error("pipeline: " + std::to_string(microbatch + 1) + " micro-batches × " +
-                             std::to_string(chunks) + " chunks need message tags up to " + std::to_string(tag) +
-                             ", above this MPI's limit " + std::to_string(pp.max_tag()) +
-                             "; use fewer micro-batches per step (a larger micro_batch_size)");
-  return static_cast<int>(tag);
-}
 
 template <class T>
 PipelineRuntime<T>::PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype)
@@ -87,7 +80,7 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
         Stage<T>& s = stage(a.chunk, a);
         s.hold(a.microbatch,
                pp_.isend(host_buf(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden()),
-                         peer(a, grad ? prev_ : next_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_)),
+                         peer(a, grad ? prev_ : next_), kTag),
                grad);
         break;
       }
@@ -97,7 +90,7 @@ std::vector<double> PipelineRuntime<T>::run(const std::vector<Action>& actions, 
         const bool grad = a.kind == ActionKind::recv_grad;
         Stage<T>& s = stage(grad ? a.chunk - 1 : a.chunk + 1, a);
         pp_.irecv(host_buf(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), s.rows_times_hidden()),
-                  peer(a, grad ? next_ : prev_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_))
+                  peer(a, grad ? next_ : prev_), kTag)
             .wait();
         t.wait_s += seconds_since(t0);
         break;

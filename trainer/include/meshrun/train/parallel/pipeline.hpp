@@ -1,7 +1,9 @@
 // The pipeline runtime: executes one pipeline rank's action list (meshrun/schedule.hpp) over the stages
 // it holds. Nothing else decides the order of forwards, backwards and transfers. Sends are non-blocking
 // and held by the sending slot until it is freed; a receive blocks, and the time spent blocked is what
-// the runtime reports as waiting (the measured bubble).
+// the runtime reports as waiting (the measured bubble). Transfers carry one fixed tag: a receive takes
+// the next message from its peer, so the list must pair sends and receives per peer in order, which
+// validate_schedule checks and every generated table does (NCCL matches by that order alone).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -22,10 +24,6 @@ struct PipelineTiming {
   std::vector<double> chunk_f_s, chunk_b_s, chunk_w_s;
   double compute_s() const { return f_s + b_s + w_s; }
 };
-
-// Tag of a transfer: from (activation or gradient, micro-batch, producing chunk), so matching does not
-// depend on posting order. Throws with a message when it exceeds the communicator's tag range.
-int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Comm& pp);
 
 template <class T>
 class PipelineRuntime {
