@@ -15,8 +15,8 @@ constexpr int kTag = 0;
 }  // namespace
 
 template <class T>
-PipelineRuntime<T>::PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype)
-    : stages_(std::move(stages)), pp_(pp), prev_(prev), next_(next), dtype_(dtype) {}
+PipelineRuntime<T>::PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next)
+    : stages_(std::move(stages)), pp_(pp), prev_(prev), next_(next) {}
 
 template <class T>
 int PipelineRuntime<T>::peer(const Action& a, int expected) const {

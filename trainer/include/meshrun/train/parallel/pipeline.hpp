@@ -34,7 +34,7 @@ class PipelineRuntime {
   // table whose peer says otherwise is refused. load(mb, ids, targets): the micro-batch's tokens
   // (chunk 0 and last).
   using Loader = std::function<void(int mb, std::int32_t* ids, std::int32_t* targets)>;
-  PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next, DType dtype);
+  PipelineRuntime(std::vector<Stage<T>*> stages, Comm& pp, int prev, int next);
 
   // Runs `actions`; returns each micro-batch's Σ cross-entropy (non-zero on the last chunk's rank only).
   std::vector<double> run(const std::vector<Action>& actions, int microbatches, const Loader& load,
@@ -46,7 +46,6 @@ class PipelineRuntime {
   std::vector<Stage<T>*> stages_;
   Comm& pp_;
   int prev_, next_;
-  DType dtype_;
 };
 
 }  // namespace meshrun::train
