@@ -3,7 +3,9 @@
 #include "meshrun/schedule.hpp"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
+#include <utility>
 
 namespace meshrun {
 namespace {
@@ -25,7 +27,8 @@ struct Grid {
   int size() const { return m * chunks; }
 };
 
-// Message key: a send and its receive share it (the tag family is activation or gradient).
+// Message key: a send and its receive share it ((activation or gradient, micro-batch, producing chunk)).
+// Only the validator and the simulator use it; the runtime's transfers carry no tag.
 int message_key(const Grid& g, const Action& a) {
   bool grad = a.kind == ActionKind::send_grad || a.kind == ActionKind::recv_grad;
   return (grad ? g.size() : 0) + g.at(a.microbatch, a.chunk);
@@ -321,6 +324,8 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
     }
   }
 
+  const bool paired = problems.empty();  // one send and one receive per crossing tensor
+
   // 3. On each rank, every action after what it needs from this rank: F(m,c) after F(m,c−1) or its receive,
   // B(m,c) after F(m,c) and B(m,c+1) or its receive, W(m,c) after B(m,c), a send after what produced it.
   for (int r = 0; r < pp; ++r) {
@@ -359,9 +364,37 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
       }
     }
   }
+
+  // 4. Per-peer order: transfers carry no tag (NCCL has none), so rank a's k-th send to b meets b's k-th
+  // receive from a, and both must name the same tensor. Only meaningful once every tensor is paired.
+  if (paired) {
+    // (from, to) -> positions of from's sends to `to` and of to's receives from `from`, in list order.
+    std::map<std::pair<int, int>, std::pair<std::vector<int>, std::vector<int>>> pairs;
+    for (int r = 0; r < pp; ++r)
+      for (int i = 0; i < int(table.ranks[r].size()); ++i) {
+        const Action& a = table.ranks[r][i];
+        if (is_send(a.kind)) pairs[{r, a.peer}].first.push_back(i);
+        if (is_recv(a.kind)) pairs[{a.peer, r}].second.push_back(i);
+      }
+    for (const auto& [ranks, positions] : pairs) {
+      const auto& [from, to] = ranks;
+      const auto& [sent, received] = positions;
+      for (size_t k = 0; k < std::min(sent.size(), received.size()); ++k) {
+        const Action &x = table.ranks[from][sent[k]], &y = table.ranks[to][received[k]];
+        if (message_key(g, x) == message_key(g, y)) continue;
+        problems.push_back(at(from, x) + " (action " + s(sent[k]) + ") is message " + s(k) + " to rank " + s(to) +
+                           ", but rank " + s(to) + "'s message " + s(k) + " from rank " + s(from) + " is " +
+                           action_text(y) + " (action " + s(received[k]) + "); transfers pair per peer in posting "
+                           "order (no tags), so post rank " + s(from) + "'s sends to rank " + s(to) +
+                           " in the order rank " + s(to) + " receives them");
+        break;  // one line per pair: every later message is shifted by this one
+      }
+    }
+  }
   if (!problems.empty()) return problems;
 
-  // 4. Deadlock: run every rank with non-blocking sends and blocking receives until none can move.
+  // 5. Deadlock: run every rank with non-blocking sends and blocking receives until none can move. With
+  // the per-peer order checked, a receive's message is the one its key names.
   std::vector<char> posted(2 * g.size(), 0);
   std::vector<size_t> next(pp, 0);
   std::vector<int> waiting_on(2 * g.size(), -1), runnable;

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "meshrun/schedule.hpp"
 
@@ -42,6 +45,23 @@ bool has_problem(const std::vector<std::string>& problems, const std::string& te
 size_t find_action(const ScheduleTable& t, int r, const Action& a) {
   auto& list = t.ranks[r];
   return size_t(std::find(list.begin(), list.end(), a) - list.begin());
+}
+
+// Per ordered pair of ranks (from, to): the tensors from's sends to `to` name, in from's order, and the
+// tensors to's receives from `from` name, in to's order, as (gradient?, micro-batch, producing chunk).
+using Message = std::tuple<bool, int, int>;
+using PeerOrder = std::map<std::pair<int, int>, std::vector<Message>>;
+std::pair<PeerOrder, PeerOrder> peer_order(const ScheduleTable& t) {
+  PeerOrder sent, received;
+  for (int r = 0; r < int(t.ranks.size()); ++r)
+    for (const Action& a : t.ranks[r]) {
+      const bool grad = a.kind == ActionKind::send_grad || a.kind == ActionKind::recv_grad;
+      if (a.kind == ActionKind::send_act || a.kind == ActionKind::send_grad)
+        sent[{r, a.peer}].emplace_back(grad, a.microbatch, a.chunk);
+      if (a.kind == ActionKind::recv_act || a.kind == ActionKind::recv_grad)
+        received[{a.peer, r}].emplace_back(grad, a.microbatch, a.chunk);
+    }
+  return {sent, received};
 }
 
 // Unit costs of the textbook formulas: F = B = W = 1 per chunk, so a fused BW costs 2; free transfers.
@@ -154,6 +174,38 @@ TEST_CASE("every generated table is valid, complete and ordered", "[schedule]") 
   REQUIRE(covered[PipelineSchedule::interleaved] == 7 * 4 * 2);
 }
 
+TEST_CASE("every generated table pairs sends and receives per peer in order", "[schedule]") {
+  // Transfers carry no tag: rank a's k-th send to b meets b's k-th receive from a. Checked here apart from
+  // the validator, on the same grid (pp 1..8, V in {1, 2, 4}, m pp..4·pp) and a few long steps.
+  auto specs = valid_specs();
+  for (auto kind : kAll)
+    for (int pp : {2, 3, 4, 8})
+      for (int v : {1, 2, 4}) {
+        ScheduleSpec spec{kind, pp, v, 16 * pp};
+        if (check_schedule_spec(spec).empty()) specs.push_back(spec);
+      }
+  int pairs_with_both_kinds = 0;
+  for (const auto& spec : specs) {
+    INFO(describe(spec));
+    ScheduleTable t = generate_schedule(spec);
+    auto problems = validate_schedule(t);
+    INFO((problems.empty() ? "" : problems.front()));
+    REQUIRE(problems.empty());
+    auto [sent, received] = peer_order(t);
+    REQUIRE(sent.size() == received.size());
+    for (const auto& [ranks, messages] : sent) {
+      INFO("rank " << ranks.first << " -> rank " << ranks.second);
+      REQUIRE(received.count(ranks) == 1);
+      REQUIRE(messages == received.at(ranks));
+      const bool acts = std::any_of(messages.begin(), messages.end(), [](auto& x) { return !std::get<0>(x); });
+      const bool grads = std::any_of(messages.begin(), messages.end(), [](auto& x) { return std::get<0>(x); });
+      pairs_with_both_kinds += acts && grads;
+    }
+  }
+  // Not vacuous: interleaved pp = 2 sends activations and gradients over one pair (both ways).
+  REQUIRE(pairs_with_both_kinds > 0);
+}
+
 TEST_CASE("unit-cost bubbles equal the textbook values", "[schedule]") {
   // Cost model: F = B = W = 1 per chunk (a fused BW costs 2), transfers free. GPipe and 1F1B then idle
   // (p−1)·(F+BW) = 3(p−1) per rank over a makespan of 3(m+p−1): bubble (p−1)/(m+p−1). Interleaved with the
@@ -260,6 +312,48 @@ TEST_CASE("the validator rejects broken tables naming the action", "[schedule]")
     INFO((p.empty() ? "" : p.front()));
     REQUIRE(has_problem(p, "rank 0: recv_grad(mb=0, chunk=1 <- rank 1) (action 0) deadlocks"));
     REQUIRE(has_problem(p, "rank 1: recv_act(mb=0, chunk=0 <- rank 0) (action 0) deadlocks"));
+  }
+  SECTION("two sends to one peer swapped") {
+    // 1F1B, pp = 4, m = 8, rank 1: delaying send_act of micro-batch 2 to just before that of micro-batch 3
+    // keeps the table valid (a send may be posted late); swapping the two then breaks only the per-peer
+    // order, which no other check sees (each receive's tensor is still sent, after its producer).
+    ScheduleTable t = generate_schedule({PipelineSchedule::one_f_one_b, 4, 1, 8});
+    const Action s2{ActionKind::send_act, 2, 1, 2}, s3{ActionKind::send_act, 3, 1, 2};
+    erase(t, 1, s2);
+    auto& l = t.ranks[1];
+    l.insert(l.begin() + find_action(t, 1, s3), s2);
+    INFO((validate_schedule(t).empty() ? "" : validate_schedule(t).front()));
+    REQUIRE(validate_schedule(t).empty());
+    const size_t i2 = find_action(t, 1, s2), i3 = find_action(t, 1, s3);
+    REQUIRE(i3 == i2 + 1);
+    std::swap(l[i2], l[i3]);
+    auto p = validate_schedule(t);
+    const size_t recv2 = find_action(t, 2, {ActionKind::recv_act, 2, 1, 1});
+    REQUIRE(p.size() == 1);
+    REQUIRE(p[0] == "rank 1: send_act(mb=3, chunk=1 -> rank 2) (action " + std::to_string(i2) +
+                        ") is message 2 to rank 2, but rank 2's message 2 from rank 1 is recv_act(mb=2, chunk=1 "
+                        "<- rank 1) (action " + std::to_string(recv2) + "); transfers pair per peer in posting "
+                        "order (no tags), so post rank 1's sends to rank 2 in the order rank 2 receives them");
+    REQUIRE_THROWS_AS(simulate_schedule(t, unit_costs()), std::invalid_argument);
+    auto [sent, received] = peer_order(t);  // the positive test's own comparison sees it too
+    REQUIRE(sent.at({1, 2}) != received.at({1, 2}));
+  }
+  SECTION("an activation and a gradient on one pair received out of order") {
+    // Interleaved pp = 2: rank 1 sends rank 0 activations and gradients. Rank 0 waiting for a gradient
+    // before an activation sent earlier would, untagged, read the activation as the gradient (same size).
+    ScheduleTable t = generate_schedule({PipelineSchedule::interleaved, 2, 2, 2});
+    const Action grad{ActionKind::recv_grad, 0, 3, 1}, act{ActionKind::recv_act, 1, 1, 1};
+    erase(t, 0, grad);
+    auto& l = t.ranks[0];
+    l.insert(l.begin() + find_action(t, 0, act), grad);
+    auto p = validate_schedule(t);
+    REQUIRE(p.size() == 1);
+    REQUIRE(p[0] == "rank 1: send_act(mb=1, chunk=1 -> rank 0) (action " +
+                        std::to_string(find_action(t, 1, {ActionKind::send_act, 1, 1, 0})) +
+                        ") is message 1 to rank 0, but rank 0's message 1 from rank 1 is recv_grad(mb=0, chunk=3 "
+                        "<- rank 1) (action " + std::to_string(find_action(t, 0, grad)) + "); transfers pair per "
+                        "peer in posting order (no tags), so post rank 1's sends to rank 0 in the order rank 0 "
+                        "receives them");
   }
   SECTION("a wrong peer") {
     auto& l = zb.ranks[1];

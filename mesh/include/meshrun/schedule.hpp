@@ -12,8 +12,10 @@
 // send never blocks (the runtime posts a non-blocking send and completes it before the buffer is reused);
 // a receive blocks until the matching send has been posted. Every activation send of (micro-batch m,
 // chunk c) on rank chunk_rank(c) is matched by one receive of (m, c) on chunk_rank(c+1); every gradient
-// send of (m, c) on chunk_rank(c) by one receive of (m, c) on chunk_rank(c−1). Message tags derive from
-// (kind, micro-batch, chunk), so matching does not depend on posting order.
+// send of (m, c) on chunk_rank(c) by one receive of (m, c) on chunk_rank(c−1). Transfers carry no tag (NCCL
+// has none; MPI's is fixed): rank a's k-th send to rank b meets b's k-th receive from a (MPI's
+// non-overtaking rule, NCCL's per-peer order), so on every ordered pair of ranks the sends and the receives
+// must name the same tensors in the same order.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -77,8 +79,9 @@ ScheduleTable generate_schedule(const ScheduleSpec& spec);
 // Every problem of a table, one line each naming the rank and the action: a compute action before its
 // dependencies (F(m,c) needs F(m,c−1) on the same rank or a receive of it; B(m,c) needs F(m,c) and
 // B(m,c+1) or its receive; W(m,c) needs B(m,c)), a missing or duplicated F/B/W (or BW), a send without its
-// receive or the reverse, a peer that is not the producing/consuming rank, and deadlock under the
-// semantics above (the message names the blocked actions). Empty = valid.
+// receive or the reverse, a peer that is not the producing/consuming rank, sends from a to b in another
+// order than b's receives from a (the first differing message per pair, counted from 0), and deadlock
+// under the semantics above (the message names the blocked actions). Empty = valid.
 std::vector<std::string> validate_schedule(const ScheduleTable& table);
 
 // Costs for the simulator, in any unit. Per chunk (index = chunk) or one value for all when size 1.

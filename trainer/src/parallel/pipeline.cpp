@@ -9,20 +9,13 @@ namespace meshrun::train {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// Every transfer uses this one tag: messages pair per peer in list order, which validate_schedule checks
+// (NCCL has no tags, so nothing may depend on them).
+constexpr int kTag = 0;
 }  // namespace
 
-int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Comm& pp) {
-  const std::int64_t tag = (static_cast<std::int64_t>(microbatch) * chunks + chunk) * 2 + (gradient ? 1 : 0);
-  if (tag > pp.max_tag())
-    throw std::runtime_error("pipeline: " + std::to_string(microbatch + 1) + " micro-batches × " +
-                             std::to_string(chunks) + " chunks need message tags up to " + std::to_string(tag) +
-                             ", above this MPI's limit " + std::to_string(pp.max_tag()) +
-                             "; use fewer micro-batches per step (a larger micro_batch_size)");
-  return static_cast<int>(tag);
-}
-
-PipelineRuntime::PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next, DType dtype)
-    : stages_(std::move(stages)), pp_(pp), prev_(prev), next_(next), dtype_(dtype) {}
+PipelineRuntime::PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next)
+    : stages_(std::move(stages)), pp_(pp), prev_(prev), next_(next) {}
 
 int PipelineRuntime::peer(const Action& a, int expected) const {
   if (a.peer != expected)
@@ -82,8 +75,7 @@ std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int
         const bool grad = a.kind == ActionKind::send_grad;
         Stage& s = stage(a.chunk, a);
         s.hold(a.microbatch,
-               pp_.isend(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch),
-                         peer(a, grad ? prev_ : next_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_)),
+               pp_.isend(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), peer(a, grad ? prev_ : next_), kTag),
                grad);
         break;
       }
@@ -92,8 +84,7 @@ std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int
         // Into the consuming chunk's slot: chunk+1 for an activation, chunk−1 for a gradient.
         const bool grad = a.kind == ActionKind::recv_grad;
         Stage& s = stage(grad ? a.chunk - 1 : a.chunk + 1, a);
-        pp_.irecv(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch),
-                  peer(a, grad ? next_ : prev_), transfer_tag(grad, a.microbatch, a.chunk, chunks, pp_))
+        pp_.irecv(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), peer(a, grad ? next_ : prev_), kTag)
             .wait();
         t.wait_s += seconds_since(t0);
         break;

@@ -179,7 +179,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   schedule_ = generate_schedule(schedule_spec(cfg, l, geometry_));
   const auto peers = grid.ring_peers(rank, Axis::pp);
   runtime_ = std::make_unique<PipelineRuntime>(by_chunk, pp_, grid.index_in_group(peers.prev, GroupKind::pp),
-                                                  grid.index_in_group(peers.next, GroupKind::pp), dtype_of<T>());
+                                               grid.index_in_group(peers.next, GroupKind::pp));
 }
 
 template <class T>

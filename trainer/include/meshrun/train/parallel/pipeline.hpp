@@ -1,7 +1,9 @@
 // The pipeline runtime: executes one pipeline rank's action list (meshrun/schedule.hpp) over the stages
 // it holds. Nothing else decides the order of forwards, backwards and transfers. Sends are non-blocking
 // and held by the sending slot until it is freed; a receive blocks, and the time spent blocked is what
-// the runtime reports as waiting (the measured bubble).
+// the runtime reports as waiting (the measured bubble). Transfers carry one fixed tag: a receive takes
+// the next message from its peer, so the list must pair sends and receives per peer in order, which
+// validate_schedule checks and every generated table does (NCCL matches by that order alone).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,10 +25,6 @@ struct PipelineTiming {
   double compute_s() const { return f_s + b_s + w_s; }
 };
 
-// Tag of a transfer: from (activation or gradient, micro-batch, producing chunk), so matching does not
-// depend on posting order. Throws with a message when it exceeds the communicator's tag range.
-int transfer_tag(bool gradient, int microbatch, int chunk, int chunks, const Comm& pp);
-
 class PipelineRuntime {
  public:
   // stages[c]: the stage of chunk c if this rank holds it, else nullptr. pp: the pipeline group, whose
@@ -35,7 +33,7 @@ class PipelineRuntime {
   // table whose peer says otherwise is refused. load(mb, ids, targets): the micro-batch's tokens
   // (chunk 0 and last).
   using Loader = std::function<void(int mb, Buf ids, Buf targets)>;  // int32 backend buffers [n]
-  PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next, DType dtype);
+  PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next);
 
   // Runs `actions`; returns each micro-batch's Σ cross-entropy (non-zero on the last chunk's rank only).
   std::vector<double> run(const std::vector<Action>& actions, int microbatches, const Loader& load,
@@ -47,7 +45,6 @@ class PipelineRuntime {
   std::vector<Stage*> stages_;
   Comm& pp_;
   int prev_, next_;
-  DType dtype_;
 };
 
 }  // namespace meshrun::train
