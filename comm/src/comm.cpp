@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "meshrun/comm/comm.hpp"
+#include "meshrun/device/bf16.hpp"
 
 namespace meshrun::comm {
 
@@ -33,8 +34,21 @@ void reduce_blocks(void* out, const void* blocks, int count, std::int64_t n, DTy
     case DType::i64:
       reduce_typed(static_cast<std::int64_t*>(out), static_cast<const std::int64_t*>(blocks), count, n, op);
       break;
-    case DType::bf16:  // gradients are reduced in fp32 (Precision::grad); a bf16 sum would lose the order's bits
-      throw std::logic_error("reduce_blocks: bf16 reductions are not supported; reduce in fp32");
+    case DType::bf16: {
+      // Activations' partial sums (tensor parallelism under bf16): summed in float in block order and
+      // rounded to bf16 once, so all_reduce and reduce_scatter + all_gather still give the same bits.
+      const auto* in = static_cast<const std::uint16_t*>(blocks);
+      auto* o = static_cast<std::uint16_t*>(out);
+      for (std::int64_t i = 0; i < n; ++i) {
+        float acc = device::float_from_bf16(in[i]);
+        for (int b = 1; b < count; ++b) {
+          const float x = device::float_from_bf16(in[static_cast<std::int64_t>(b) * n + i]);
+          acc = op == ReduceOp::sum ? acc + x : std::max(acc, x);
+        }
+        o[i] = device::bf16_from_float(acc);
+      }
+      break;
+    }
   }
 }
 

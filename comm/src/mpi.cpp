@@ -18,7 +18,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
-    case DType::bf16: return MPI_UINT16_T;  // moved as bits; reductions refuse it (reduce_blocks)
+    case DType::bf16: return MPI_UINT16_T;  // moved as bits; reduce_blocks sums them in float
   }
   return MPI_BYTE;
 }

@@ -262,8 +262,12 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+std::unique_ptr<Backend> make_cpu_bf16_backend();  // backend_cpu_bf16.cpp
+
 std::unique_ptr<Backend> make_cpu_backend(const std::string& dtype) {
-  if (Precision::cpu(dtype).param == DType::f64) return std::make_unique<CpuBackend<double>>();
+  const Precision p = Precision::cpu(dtype);
+  if (p.param == DType::bf16) return make_cpu_bf16_backend();
+  if (p.param == DType::f64) return std::make_unique<CpuBackend<double>>();
   return std::make_unique<CpuBackend<float>>();
 }
 

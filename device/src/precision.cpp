@@ -8,8 +8,9 @@
 namespace meshrun::device {
 
 Precision Precision::cpu(const std::string& dtype) {
+  if (dtype == "bf16") return cuda("bf16", "fp32", "fp32");  // the CUDA backend's mixed precision, on CPU
   if (dtype != "fp32" && dtype != "fp64")
-    throw std::invalid_argument("training.dtype='" + dtype + "': the CPU backend computes in fp32 or fp64");
+    throw std::invalid_argument("training.dtype='" + dtype + "': the CPU backend computes in fp32, fp64 or bf16");
   DType t = dtype == "fp64" ? DType::f64 : DType::f32;
   return {t, t, t, t};
 }

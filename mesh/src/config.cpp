@@ -123,7 +123,7 @@ std::vector<Field> make_schema() {
   add(nonneg(field("training.grad_clip", &JobConfig::training, &TrainingSpec::grad_clip, V::number, "global-norm clip (0 = off)")));
   add(at_least(field("training.seed", &JobConfig::training, &TrainingSpec::seed, V::integer, "seed for initialization and shuffling"), 0));
   add(choose(field("training.recompute", &JobConfig::training, &TrainingSpec::recompute, V::string, "activation recomputation"), {"none", "selective", "full"}));
-  add(choose(field("training.dtype", &JobConfig::training, &TrainingSpec::dtype, V::string, "CPU trainer dtype"), {"fp32", "fp64"}));
+  add(choose(field("training.dtype", &JobConfig::training, &TrainingSpec::dtype, V::string, "CPU trainer dtype"), {"fp32", "fp64", "bf16"}));
   add(choose(field("training.device", &JobConfig::training, &TrainingSpec::device, V::string, "kernel backend"), {"cpu", "cuda"}));
   std::vector<std::string> dtypes{"fp8", "bf16", "fp16", "fp32"};
   add(choose(field("training.param_dtype", &JobConfig::training, &TrainingSpec::param_dtype, V::string, "planner: parameter dtype"), dtypes));

@@ -35,8 +35,50 @@ TEST_CASE("precision: the CPU backend computes everything in training.dtype", "[
     CHECK_FALSE(p.has_master());
     CHECK(make_cpu_backend(name)->precision().param == t);
   }
-  CHECK_THROWS_WITH(Precision::cpu("bf16"), Catch::Contains("fp32 or fp64"));
+  // bf16 is the CUDA backend's mixed precision: bf16 weights and activations, fp32 for the rest.
+  const Precision b = Precision::cpu("bf16");
+  CHECK((b.param == DType::bf16 && b.stat == DType::f32 && b.grad == DType::f32 && b.optim == DType::f32));
+  CHECK(b.has_master());
+  CHECK(make_cpu_backend("bf16")->precision().param == DType::bf16);
+  CHECK_THROWS_WITH(Precision::cpu("fp16"), Catch::Contains("fp32, fp64 or bf16"));
   CHECK_THROWS(make_cpu_backend("fp16"));
+}
+
+TEST_CASE("cpu bf16 backend: each kernel is the fp32 kernel on the bf16 values, its output rounded once", "[precision]") {
+  auto mixed = make_cpu_backend("bf16");
+  auto plain = make_cpu_backend("fp32");
+  const std::int64_t n = 3, in = 5, out = 4;
+  std::vector<float> x(n * in), w(out * in);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i) + 0.1f) * 3.1f;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = std::cos(1.3f * static_cast<float>(i)) * 0.37f;
+  // The reference: the values bf16 holds, the fp32 kernel, one rounding of the result.
+  std::vector<float> xr(x.size()), wr(w.size()), yr(n * out);
+  for (std::size_t i = 0; i < x.size(); ++i) xr[i] = round_bf16(x[i]);
+  for (std::size_t i = 0; i < w.size(); ++i) wr[i] = round_bf16(w[i]);
+  plain->linear_forward(host_buf(yr.data(), n * out), host_buf(xr.data(), n * in), host_buf(wr.data(), out * in), n, in, out);
+  Buf bx = mixed->alloc(n * in, DType::bf16), bw = mixed->alloc(out * in, DType::bf16), by = mixed->alloc(n * out, DType::bf16);
+  mixed->upload(bx, x.data());
+  mixed->upload(bw, w.data());
+  mixed->linear_forward(by, bx, bw, n, in, out);
+  std::vector<float> got(static_cast<std::size_t>(n * out));
+  mixed->download(got.data(), by);
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == round_bf16(yr[i]));
+  // Inputs come back unchanged, and a weight gradient stays fp32 (not rounded to bf16).
+  std::vector<float> xb(x.size());
+  mixed->download(xb.data(), bx);
+  CHECK(xb == xr);
+  Buf dw = mixed->alloc(out * in, DType::f32);
+  mixed->zero(dw);
+  mixed->linear_backward_weight(dw, by, bx, n, in, out);
+  std::vector<float> dref(out * in, 0.f), dgot(out * in);
+  std::vector<float> ybits(got.begin(), got.end());
+  plain->linear_backward_weight(host_buf(dref.data(), out * in), host_buf(ybits.data(), n * out), host_buf(xr.data(), n * in), n, in, out);
+  mixed->download(dgot.data(), dw);
+  CHECK(dgot == dref);
+  bool some_not_bf16 = false;
+  for (float g : dgot) some_not_bf16 |= round_bf16(g) != g;
+  CHECK(some_not_bf16);
+  for (Buf* b : {&bx, &bw, &by, &dw}) mixed->release(*b);
 }
 
 TEST_CASE("device: MESHRUN_CUDA_DEVICE picks the task's device among the visible ones", "[device]") {

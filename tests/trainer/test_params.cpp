@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "meshrun/device/bf16.hpp"
 #include "meshrun/train/comm_names.hpp"
 #include "meshrun/train/model/params.hpp"
 #include "meshrun/train/run/trainer.hpp"
@@ -97,6 +98,20 @@ TEST_CASE("loss is normalized by the global number of target tokens", "[trainer]
   TrainingSpec t;
   t.global_batch_size = 12; t.seq_len = 32;
   CHECK(loss_normalizer(t) == 1.0 / 384.0);
+}
+
+TEST_CASE("bf16 reductions sum in float in block order and round once", "[trainer][comm]") {
+  using device::bf16_from_float;
+  using device::float_from_bf16;
+  // 1 + 2^-8 + 2^-8: in float 1.0078125, which bf16 holds exactly; rounding after each addition would
+  // give 1 (1 + 2^-8 is a tie that rounds to even), so one rounding at the end is what this checks.
+  const std::uint16_t blocks[3] = {bf16_from_float(1.0f), bf16_from_float(0.00390625f), bf16_from_float(0.00390625f)};
+  std::uint16_t out = 0;
+  reduce_blocks(&out, blocks, 3, 1, DType::bf16, ReduceOp::sum);
+  CHECK(float_from_bf16(out) == 1.0078125f);
+  const std::uint16_t mx[3] = {bf16_from_float(-3.0f), bf16_from_float(2.5f), bf16_from_float(1.0f)};
+  reduce_blocks(&out, mx, 3, 1, DType::bf16, ReduceOp::max);
+  CHECK(float_from_bf16(out) == 2.5f);
 }
 
 TEST_CASE("reductions are fixed-order: ((x0 + x1) + x2)", "[trainer][comm]") {

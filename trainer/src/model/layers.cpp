@@ -29,9 +29,9 @@ LayerDims LayerDims::make(const ModelSpec& m, const BatchGeometry& g, int tp, in
 
 void DecoderActs::carve_forward(Carver& c, const LayerDims& d) {
   const std::int64_t n = d.n, nl = d.nl, h = d.h, qd = d.hq * d.dh, kvd = d.hkv * d.dh, f = d.ffn;
-  x_in = c.take(nl * h); rstd1 = c.take(nl); xn1 = c.take(nl * h);
-  q = c.take(n * qd); k = c.take(n * kvd); v = c.take(n * kvd); att = c.take(n * qd); lse = c.take(n * d.hq);
-  x2 = c.take(nl * h); rstd2 = c.take(nl); xn2 = c.take(nl * h);
+  x_in = c.take(nl * h); rstd1 = c.stat(nl); xn1 = c.take(nl * h);
+  q = c.take(n * qd); k = c.take(n * kvd); v = c.take(n * kvd); att = c.take(n * qd); lse = c.stat(n * d.hq);
+  x2 = c.take(nl * h); rstd2 = c.stat(nl); xn2 = c.take(nl * h);
   gate = c.take(n * f); up = c.take(n * f); hact = c.take(n * f);
 }
 
@@ -42,12 +42,13 @@ void DecoderActs::carve_backward(Carver& c, const LayerDims& d) {
 }
 
 void HeadActs::carve_forward(Carver& c, const LayerDims& d) {
-  xf_in = c.take(d.nl * d.h); rstd = c.take(d.nl); xf = c.take(d.n * d.h); logits = c.take(d.n * d.vl);
-  ce_max = c.take(d.n); ce_sum = c.take(d.n); ce_tgt = c.take(d.n); ce_loss = c.take(d.n);
+  xf_in = c.take(d.nl * d.h); rstd = c.stat(d.nl); xf = c.take(d.n * d.h); logits = c.stat(d.n * d.vl);
+  ce_max = c.stat(d.n); ce_sum = c.stat(d.n); ce_tgt = c.stat(d.n); ce_loss = c.stat(d.n);
 }
 
 void HeadActs::carve_backward(Carver& c, const LayerDims& d) {
   dxf = c.take(d.nl * d.h);
+  dlogits = c.split_types() ? c.take(d.n * d.vl) : logits;  // dlogits feed the lm_head GEMMs: activations' type
 }
 
 void LayerWorkspace::resize(device::Backend& backend, const LayerDims& d, bool sequence_parallel) {
@@ -218,8 +219,8 @@ void head_backward_input(const LayerDims& d, const TensorParallel& tp, const std
   auto W = [&](int t) { return tensor(w, ts[t]); };
   const std::int64_t n = d.n, h = d.h;
   const Buf nh_full = ws.nh_full.at(0, n * h);
-  be.ce_backward(a.logits, a.logits, a.ce_max, a.ce_sum, targets, n, d.vl, d.v0, loss_scale);
-  be.linear_backward_input(nh_full, a.logits, W(1), n, h, d.vl, false);
+  be.ce_backward(a.dlogits, a.logits, a.ce_max, a.ce_sum, targets, n, d.vl, d.v0, loss_scale);
+  be.linear_backward_input(nh_full, a.dlogits, W(1), n, h, d.vl, false);
   tp.reduce_rows(nh_full, a.dxf);
   be.rmsnorm_backward_input(dx, a.dxf, a.xf_in, W(0), a.rstd, d.nl, h, false);
 }
@@ -228,7 +229,7 @@ void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const st
                           HeadActs& a, LayerWorkspace& ws) {
   device::Backend& be = *ws.be;
   auto G = [&](int t) { return tensor(dw, ts[t]); };
-  be.linear_backward_weight(G(1), a.logits, a.xf, d.n, d.h, d.vl);
+  be.linear_backward_weight(G(1), a.dlogits, a.xf, d.n, d.h, d.vl);
   be.rmsnorm_backward_weight(G(0), a.dxf, a.xf_in, a.rstd, d.nl, d.h);
   tp.sum_replicated_grad(G(0));
 }

@@ -81,20 +81,20 @@ void ContextParallel::resize(device::Backend& backend) {
   const std::int64_t kvn = mbs * seq * hkv * dh;
   const int P = size();
   if (P == 1) return;
-  auto make = [&](device::DeviceBuffer& b, std::int64_t n) {
-    b = device::DeviceBuffer(backend, n, t);
+  auto make = [&](device::DeviceBuffer& b, std::int64_t n, DType type) {
+    b = device::DeviceBuffer(backend, n, type);
     backend.zero(b);
   };
-  make(kv_send, 2 * kvn);
-  make(kv_recv, 2 * kvn);
-  make(dkv_send, 2 * kvn);
-  make(dkv_recv, 2 * kvn);
+  make(kv_send, 2 * kvn, t);
+  make(kv_recv, 2 * kvn, t);
+  make(dkv_send, 2 * kvn, t);
+  make(dkv_recv, 2 * kvn, t);
   if (mode == CpComm::allgather) {
-    make(kv_all, 2 * kvn * P);
-    make(dkv_all, 2 * kvn * P);
+    make(kv_all, 2 * kvn * P, t);
+    make(dkv_all, 2 * kvn * P, t);
   }
-  make(part_out, seq / 2 * hq * dh);
-  make(part_lse, seq / 2 * hq);
+  make(part_out, seq / 2 * hq * dh, t);
+  make(part_lse, seq / 2 * hq, backend.precision().stat);  // a row statistic, like lse
 }
 
 std::int64_t ContextParallel::bytes() const {

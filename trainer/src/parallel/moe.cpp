@@ -61,14 +61,14 @@ void moe_forward(const ExpertParallel& ep, const TensorParallel& tp, int layer, 
                  Buf w, const std::vector<Buf>& experts, const std::vector<TensorSlot>& ets, MoeActs& a, Buf xn,
                  Buf out, Buf xn_full, Buf y_full) {
   device::Backend& be = *ep.be;
-  const DType t = be.precision().param;
+  const DType t = be.precision().param, st = be.precision().stat;  // rows; router probabilities and weights
   const std::int64_t n = tp.n, h = tp.h, f = ep.ffn;
   const int E = ep.experts, K = ep.top_k, P = ep.ep->size();
   const Buf x = tp.full_rows(xn, xn_full);
   a.n = n;
   // Router: logits, softmax (double), top-k with ties to the lower expert index, renormalised weights.
-  const Buf probs = a.probs.ensure(be, n * E, t), sel = a.sel.ensure(be, n * K, DType::i32);
-  const Buf wts = a.wts.ensure(be, n * K, t);
+  const Buf probs = a.probs.ensure(be, n * E, st), sel = a.sel.ensure(be, n * K, DType::i32);
+  const Buf wts = a.wts.ensure(be, n * K, st);
   be.linear_forward(probs, x, tensor(w, ts[kRouter]), n, h, E);
   device::DeviceBuffer stat_buf(be, 2 * E, DType::f64);  // counts, then Σ probabilities
   be.zero(stat_buf);
@@ -85,7 +85,7 @@ void moe_forward(const ExpertParallel& ep, const TensorParallel& tp, int layer, 
     aux += (stat[i] / (T_ * K)) * (stat[E + i] / T_);
     aux_grad[i] = ep.aux_coef * E * stat[i] / (T_ * T_ * K);
   }
-  be.upload(a.aux_grad.ensure(be, E, t), aux_grad.data());  // rounded to the compute type
+  be.upload(a.aux_grad.ensure(be, E, st), aux_grad.data());  // rounded to the statistics' type
   if (ep.stats) {
     ep.stats->aux[static_cast<std::size_t>(layer)] += ep.aux_coef * E * aux;
     for (int i = 0; i < E; ++i) ep.stats->expert_tokens[static_cast<std::size_t>(layer) * E + i] += std::llround(stat[i]);
@@ -163,7 +163,7 @@ void moe_backward_input(const ExpertParallel& ep, const TensorParallel& tp, cons
   const Buf probs = a.probs.at(0, n * E), sel = a.sel.at(0, n * K), wts = a.wts.at(0, n * K), slot = a.slot.at(0, n * K);
   const Buf ret = a.ret.at(0, Q * h);
   // Gradients at the returned expert outputs (weight · dy) and at the routing weights (<dy, output>).
-  device::DeviceBuffer dret(be, Q * h, t), dwts(be, n * K, t);
+  device::DeviceBuffer dret(be, Q * h, t), dwts(be, n * K, be.precision().stat);
   be.zero(dret);
   be.zero(dwts);
   be.moe_combine_backward(dret.at(0, Q * h), dwts, dy.at(0, n * h), ret, wts, slot, n, K, h);

@@ -29,27 +29,24 @@ std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<i
 Stage::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel& cp,
              const ParamTable& table, ParamStore& store, LayerWorkspace& ws, Buf pos, const ExpertParallel* ep)
     : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), be_(store.backend()),
-      act_(be_.precision().param), ws_(ws), pos_(pos), ep_(ep && table.experts > 0 ? ep : nullptr) {
-  // One slot buffer holds activations and the per-row statistics next to them: one type for both.
-  if (be_.precision().stat != act_)
-    throw std::logic_error(std::string("pipeline stage: the ") + be_.name() + " backend keeps row statistics in " +
-                           dtype_name(be_.precision().stat) + " and activations in " + dtype_name(act_) +
-                           "; the stage's slots hold one type");
+      act_(be_.precision().param), stat_(be_.precision().stat), ws_(ws), pos_(pos),
+      ep_(ep && table.experts > 0 ? ep : nullptr) {
   for (int u : units_.units)
     if (u != table_.embed_unit() && u != table_.head_unit()) ++layer_count_;
   Slot probe;
   carve(probe);
   carve_backward(probe);
   // The largest single unit's backward part (a decoder layer, or the head) for fused backwards.
-  Carver one{Buf{nullptr, 0, act_}};
+  Carver one{Buf{nullptr, 0, act_}, Buf{nullptr, 0, stat_}};
   if (layer_count_ > 0) probe.layers[0].carve_backward(one, dims_);
-  Carver head{Buf{nullptr, 0, act_}};
+  Carver head{Buf{nullptr, 0, act_}, Buf{nullptr, 0, stat_}};
   if (units_.last) probe.head.carve_backward(head, dims_);
   unit_grads_ = device::DeviceBuffer(be_, std::max(one.used, head.used), act_);
 }
 
 void Stage::carve(Slot& s) {
-  Carver c{s.flat.buf().p ? s.flat.buf() : Buf{nullptr, 0, act_}};
+  Carver c{s.flat.buf().p ? s.flat.buf() : Buf{nullptr, 0, act_},
+           s.flat_stat.buf().p ? s.flat_stat.buf() : Buf{nullptr, 0, stat_}};
   s.x = c.take(dims_.nl * dims_.h);
   s.dy = c.take(dims_.nl * dims_.h);
   s.layers.resize(static_cast<std::size_t>(layer_count_));
@@ -57,10 +54,11 @@ void Stage::carve(Slot& s) {
   for (DecoderActs& a : s.layers) a.carve_forward(c, dims_);
   if (units_.last) s.head.carve_forward(c, dims_);
   slot_elems_ = c.used;
+  slot_stat_elems_ = c.stat_used;
 }
 
 void Stage::carve_backward(Slot& s) {
-  Carver c{s.grads ? s.grads->flat.buf() : Buf{nullptr, 0, act_}};
+  Carver c{s.grads ? s.grads->flat.buf() : Buf{nullptr, 0, act_}, Buf{nullptr, 0, stat_}};  // no statistics
   for (DecoderActs& a : s.layers) a.carve_backward(c, dims_);
   if (units_.last) s.head.carve_backward(c, dims_);
   grad_elems_ = c.used;
@@ -69,7 +67,7 @@ void Stage::carve_backward(Slot& s) {
 std::int64_t Stage::allocated_bytes() const {
   std::int64_t n = unit_grads_.bytes();
   for (const auto& p : slots_) {
-    n += p->flat.bytes() + p->ids.bytes() + p->targets.bytes();
+    n += p->flat.bytes() + p->flat_stat.bytes() + p->ids.bytes() + p->targets.bytes();
     for (const MoeActs& m : p->moe) n += m.bytes();
   }
   for (const auto& g : grad_buffers_) n += g->flat.bytes();
@@ -88,7 +86,9 @@ Stage::Slot& Stage::slot(int mb) {
     slots_.push_back(std::make_unique<Slot>());
     s = slots_.back().get();
     s->flat = device::DeviceBuffer(be_, slot_elems_, act_);
+    s->flat_stat = device::DeviceBuffer(be_, slot_stat_elems_, stat_);
     be_.zero(s->flat);
+    be_.zero(s->flat_stat);
     if (units_.first || units_.last) {
       s->ids = device::DeviceBuffer(be_, dims_.n, DType::i32);
       s->targets = device::DeviceBuffer(be_, dims_.n, DType::i32);
@@ -266,7 +266,7 @@ void Stage::backward_fused(int mb, double loss_scale) {
   Slot& s = live(mb, "BW");
   // W follows B unit by unit, so one unit's backward buffer is enough (the same operations as B then W).
   for_units_reversed([&](int u, int layer) {
-    Carver c{unit_grads_.buf()};
+    Carver c{unit_grads_.buf(), Buf{nullptr, 0, stat_}};
     if (layer >= 0) s.layers[layer].carve_backward(c, dims_);
     if (u == table_.head_unit()) s.head.carve_backward(c, dims_);
     unit_backward_input(s, u, layer, loss_scale);

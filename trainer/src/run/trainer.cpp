@@ -30,7 +30,8 @@ std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
     return "model.top_k = " + std::to_string(m.top_k) + " must be between 1 and model.experts = " + std::to_string(m.experts) + "; lower model.top_k";
   if (m.mlp != "swiglu") return "model.mlp = \"" + m.mlp + "\": the bundled trainer builds the Llama SwiGLU MLP; set model.mlp = \"swiglu\"";
   if (m.tied_embeddings) return "model.tied_embeddings = true is not supported (Llama's lm_head is untied); set it to false";
-  if (t.dtype != "fp32" && t.dtype != "fp64") return "training.dtype = \"" + t.dtype + "\": the CPU trainer computes in \"fp32\" or \"fp64\"";
+  if (t.dtype != "fp32" && t.dtype != "fp64" && t.dtype != "bf16")
+    return "training.dtype = \"" + t.dtype + "\": the CPU trainer computes in \"fp32\", \"fp64\" or \"bf16\" (bf16 weights and activations, fp32 for the rest)";
   if (t.steps < 0) return "training.steps must be >= 0";
   std::string why;
   const auto geometry = batch_geometry(t, layout, &why);
@@ -96,7 +97,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
     : cfg_(cfg),
       grid_(grid),
       coord_(grid.coords(rank)),
-      backend_(make_backend(std::is_same_v<T, double> ? "fp64" : "fp32")),
+      backend_(make_backend(std::is_same_v<T, double> ? "fp64" : cfg.training.dtype == "bf16" ? "bf16" : "fp32")),
       host_access_groups_(device::strict_backend_requested()
                               ? bracket_groups(groups, [be = backend_.get()] { be->begin_host_access(); },
                                                [be = backend_.get()] { be->end_host_access(); })

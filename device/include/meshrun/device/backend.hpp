@@ -19,7 +19,7 @@
 namespace meshrun::device {
 
 // What a backend stores where (mixed precision). The CPU backend uses one type for everything
-// (training.dtype: fp32 or fp64); the CUDA backend follows training.param_dtype / grad_dtype /
+// (training.dtype: fp32 or fp64), or with training.dtype = "bf16" the CUDA backend's mixed precision; the CUDA backend follows training.param_dtype / grad_dtype /
 // optim_dtype: bf16 weights and activations, fp32 gradients, fp32 master weights and Adam moments.
 struct Precision {
   DType param = DType::f32;   // weights the kernels read, and activations
@@ -28,7 +28,7 @@ struct Precision {
   DType optim = DType::f32;   // master weights and both Adam moments
   // A separate master copy exists when the kernels' weights are narrower than the optimizer's.
   bool has_master() const { return param != optim; }
-  static Precision cpu(const std::string& dtype);   // "fp32" | "fp64" (training.dtype)
+  static Precision cpu(const std::string& dtype);   // "fp32" | "fp64" | "bf16" (training.dtype)
   // From the config names; throws std::invalid_argument with one line naming the key and the fix.
   static Precision cuda(const std::string& param_dtype, const std::string& grad_dtype,
                         const std::string& optim_dtype);

@@ -32,14 +32,21 @@ struct LayerDims {
   static LayerDims make(const ModelSpec& m, const BatchGeometry& g, int tp, int tp_rank);
 };
 
-// Hands out consecutive views of one buffer; with a null base it only counts (sizing pass).
+// Hands out consecutive views of two buffers: activations (Precision::param) and per-row statistics
+// (Precision::stat: RMSNorm rstd, attention lse, logits and the cross-entropy pieces). With a null base
+// it only counts (sizing pass).
 struct Carver {
-  Buf base;
-  std::int64_t used = 0;
-  Buf take(std::int64_t n) {
-    const Buf b = base.p ? base.at(used, n) : Buf{nullptr, n, base.t};
+  Buf base, stat_base;
+  std::int64_t used = 0, stat_used = 0;
+  Buf take(std::int64_t n) { return next(base, used, n); }
+  Buf stat(std::int64_t n) { return next(stat_base, stat_used, n); }
+  bool split_types() const { return base.t != stat_base.t; }
+
+ private:
+  static Buf next(Buf b, std::int64_t& used, std::int64_t n) {
+    const Buf v = b.p ? b.at(used, n) : Buf{nullptr, n, b.t};
     used += n;
-    return b;
+    return v;
   }
 };
 
@@ -57,8 +64,9 @@ struct DecoderActs {
 };
 
 struct HeadActs {
-  Buf xf_in, rstd, xf, logits, ce_max, ce_sum, ce_tgt, ce_loss;  // logits become dlogits in B
-  Buf dxf;  // backward part
+  Buf xf_in, rstd, xf, logits, ce_max, ce_sum, ce_tgt, ce_loss;
+  // backward part; dlogits is logits itself (overwritten in B) when statistics and activations share a type
+  Buf dxf, dlogits;
   void carve_forward(Carver& c, const LayerDims& d);
   void carve_backward(Carver& c, const LayerDims& d);
 };

@@ -62,7 +62,7 @@ class Stage {
     bool free = true;
   };
   struct Slot {
-    device::DeviceBuffer flat;
+    device::DeviceBuffer flat, flat_stat;  // activations; per-row statistics (Carver)
     GradBuffer* grads = nullptr;  // taken at B, given back at W
     device::DeviceBuffer ids, targets;
     Buf x, dy;
@@ -91,13 +91,13 @@ class Stage {
   const ParamTable& table_;
   ParamStore& store_;
   device::Backend& be_;
-  DType act_;  // activations' type (Precision::param)
+  DType act_, stat_;  // activations' and row statistics' types (Precision::param, ::stat)
   LayerWorkspace& ws_;
   Buf pos_;
   const ExpertParallel* ep_ = nullptr;
   MoeLayer moe_args_;
   int layer_count_ = 0;
-  std::int64_t slot_elems_ = 0, grad_elems_ = 0;
+  std::int64_t slot_elems_ = 0, slot_stat_elems_ = 0, grad_elems_ = 0;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<GradBuffer>> grad_buffers_;
   device::DeviceBuffer unit_grads_;  // one unit's backward part, for fused backwards
