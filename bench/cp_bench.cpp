@@ -22,6 +22,9 @@
 #include "meshrun/train/parallel/context_parallel.hpp"
 #include "meshrun/train/data/data.hpp"
 #include "meshrun/train/run/trainer.hpp"
+#include "meshrun/comm/mpi.hpp"
+
+using meshrun::comm::make_mpi_groups;
 
 using namespace meshrun;
 using namespace meshrun::train;

@@ -80,20 +80,6 @@ struct Rng {
 
 ModelConfig tiny_model() { return ModelConfig{256, 128, 4, 4, 2, 352, 64, 4}; }
 
-std::vector<std::int32_t> synthetic_batch(const ModelConfig& c, int step, std::uint64_t seed) {
-  // A noisy affine recurrence: next = (5·cur + 17) mod vocab, replaced by a random id 10% of the time.
-  Rng rng{seed * 1000003u + static_cast<std::uint64_t>(step)};
-  std::vector<std::int32_t> t(static_cast<std::size_t>(c.batch * (c.seq + 1)));
-  for (std::int64_t b = 0; b < c.batch; ++b) {
-    std::int64_t cur = rng.below(c.vocab);
-    for (std::int64_t i = 0; i <= c.seq; ++i) {
-      t[b * (c.seq + 1) + i] = static_cast<std::int32_t>(cur);
-      cur = rng.uniform() < 0.1 ? rng.below(c.vocab) : (5 * cur + 17) % c.vocab;
-    }
-  }
-  return t;
-}
-
 double kernel_bound(const Precision& p) { return p.param == DType::bf16 ? 2e-2 : 1e-4; }
 
 namespace {
@@ -416,17 +402,6 @@ std::vector<KernelResult> compare_kernels(Backend& test, Backend& ref, double bo
     }
   }
   return res;
-}
-
-std::vector<double> train_losses(Backend& be, const ModelConfig& c, int steps) {
-  Model m(be, c, 1);
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) {
-    const std::vector<std::int32_t> tok = synthetic_batch(c, s, 7);
-    losses.push_back(m.forward_backward(tok.data()));
-    m.step(AdamW{1e-3, 0.9, 0.95, 1e-8, 0.1}, 1.0);
-  }
-  return losses;
 }
 
 }  // namespace meshrun::device

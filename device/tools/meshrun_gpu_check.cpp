@@ -1,6 +1,8 @@
 // meshrun-gpu-check: the one-GPU device check of docs/gpu.md. (a) every CUDA kernel against its CPU twin,
 // (b) the tiny model's first losses on the GPU (bf16) against the CPU fp32 run, (c) throughput and MFU of
-// a ~1B-parameter Llama-style model in bf16, with per-kernel-kind CUDA-event times.
+// a ~1B-parameter Llama-style model in bf16, with per-kernel-kind CUDA-event times. (b) and (c) train
+// through meshrun-train's own code at world 1 (trainer/.../run/single_device.hpp): one model, whatever
+// the backend.
 // Exit 0 when every check passed, 1 when one failed, 2 for bad arguments or no usable GPU.
 #include <chrono>
 #include <cmath>
@@ -9,8 +11,10 @@
 #include <stdexcept>
 
 #include "meshrun/device/check.hpp"
+#include "meshrun/train/run/single_device.hpp"
 
 namespace mg = meshrun::device;
+namespace mt = meshrun::train;
 
 namespace {
 
@@ -35,11 +39,14 @@ bool run_kernels(mg::Backend& gpu) {
   return ok;
 }
 
-bool run_tiny(mg::Backend& gpu, int steps) {
+// A fresh CUDA backend for a part that hands its backend to a trainer.
+using MakeGpu = std::unique_ptr<mg::Backend> (*)();
+
+bool run_tiny(MakeGpu make_gpu, int steps) {
   const mg::ModelConfig c = mg::tiny_model();
   print_model("== tiny model", c);
-  auto cpu = mg::make_cpu_backend("fp32");
-  const std::vector<double> a = mg::train_losses(gpu, c, steps), b = mg::train_losses(*cpu, c, steps);
+  const std::vector<double> a = mt::train_losses(make_gpu(), c, steps),
+                            b = mt::train_losses(mg::make_cpu_backend("fp32"), c, steps);
   bool ok = true;
   for (int s = 0; s < steps; ++s) {
     const double rel = std::abs(a[s] - b[s]) / std::abs(b[s]);
@@ -51,17 +58,13 @@ bool run_tiny(mg::Backend& gpu, int steps) {
   return ok;
 }
 
-void run_perf(mg::Backend& gpu, const mg::CheckOptions& o) {
+void run_perf(MakeGpu make_gpu, const mg::CheckOptions& o) {
   const mg::ModelConfig& c = o.perf_model;
   print_model("== perf model", c);
-  mg::Model m(gpu, c, 3);
-  const mg::AdamW hp{3e-4, 0.9, 0.95, 1e-8, 0.1};
+  mt::SingleDeviceRun run(mt::single_device_config(c, o.perf_warmup + o.perf_steps, 3e-4, 3), make_gpu());
+  mg::Backend& gpu = run.trainer().backend();
   double loss = 0;
-  auto step = [&](int s) {
-    const std::vector<std::int32_t> tok = mg::synthetic_batch(c, s, 11);
-    loss = m.forward_backward(tok.data());   // waits for the loss: one host sync per step
-    m.step(hp, 1.0);
-  };
+  auto step = [&](int s) { loss = run.step(s).loss; };   // waits for the loss: host syncs every step
   for (int s = 0; s < o.perf_warmup; ++s) step(s);
   gpu.synchronize();
   const auto base = gpu.kernel_times();
@@ -114,13 +117,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "meshrun-gpu-check: no CUDA device: %s\n", why.c_str());
     return 2;
   }
+  static int device = 0;
   std::unique_ptr<mg::Backend> gpu;
   try {
-    gpu = mg::make_cuda_backend(mg::Precision::cuda("bf16", "fp32", "fp32"), mg::task_cuda_device(visible));
+    device = mg::task_cuda_device(visible);
+    gpu = mg::make_cuda_backend(mg::Precision::cuda("bf16", "fp32", "fp32"), device);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "meshrun-gpu-check: %s\n", e.what());
     return 2;
   }
+  const MakeGpu make_gpu = [] { return mg::make_cuda_backend(mg::Precision::cuda("bf16", "fp32", "fp32"), device); };
   std::printf("device: %s\n", gpu->name().c_str());
   // Each part reports its own error and the next one still runs: one short GPU lease should show them all.
   bool ok = true;
@@ -133,9 +139,9 @@ int main(int argc, char** argv) {
     }
   };
   if (o.kernels) part("kernels", [&] { return run_kernels(*gpu); });
-  if (o.tiny) part("tiny", [&] { return run_tiny(*gpu, o.tiny_steps); });
+  if (o.tiny) part("tiny", [&] { return run_tiny(make_gpu, o.tiny_steps); });
   if (o.perf) part("perf", [&] {
-    run_perf(*gpu, o);
+    run_perf(make_gpu, o);
     return true;
   });
   std::printf("meshrun-gpu-check: %s\n", ok ? "all checks passed" : "a check FAILED");

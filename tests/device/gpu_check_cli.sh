@@ -34,6 +34,20 @@ fi
 expect 2 "not found: build it with" "check.sh without the binary names the build command" -- \
   env MESHRUN_GPU_CHECK="$DIR/none" "$SCRIPT"
 
+# The GPU machine has no TOML++, hwloc or Open MPI, glibc 2.34 and GCC 11's libstdc++ (docs/gpu.md): the check
+# binary, which trains through meshrun-train's code, must need none of the three and no newer symbol version.
+deps() { ldd "$1" | grep -E -o 'lib(tomlplusplus|hwloc|mpi|open-pal|open-rte|pmix)[^ ]*' | sort -u | tr '\n' ' '; }
+[[ -z $(deps "$CHECK") ]] && pass "meshrun-gpu-check links no TOML++, hwloc or MPI library" \
+  || bad "meshrun-gpu-check links $(deps "$CHECK")"
+[[ -n $(deps "$TRAIN") ]] && pass "the same ldd check sees meshrun-train's MPI: $(deps "$TRAIN")" \
+  || bad "the ldd check found no library in meshrun-train either: the check itself is broken"
+newest() { objdump -T "$CHECK" | grep -o "$1[0-9.]*" | sed "s/$1//" | sort -uV | tail -1; }
+glibc=$(newest GLIBC_) glibcxx=$(newest GLIBCXX_)
+[[ $(printf '%s\n' "$glibc" 2.34 | sort -V | tail -1) == 2.34 ]] && pass "needs glibc $glibc (<= 2.34)" \
+  || bad "meshrun-gpu-check needs glibc $glibc, the GPU machine has 2.34"
+[[ $(printf '%s\n' "$glibcxx" 3.4.29 | sort -V | tail -1) == 3.4.29 ]] && pass "needs GLIBCXX_$glibcxx (<= 3.4.29)" \
+  || bad "meshrun-gpu-check needs GLIBCXX_$glibcxx, the GPU machine has 3.4.29"
+
 # training.device: validated by the config, and "cuda" refused in one line (no device / no build here).
 one_line "training.device = 'tpu' is a config error" "$TRAIN" "$TEMPLATE" --set training.device=tpu
 grep -q "training.device" "$DIR/e" || bad "the error does not name training.device"

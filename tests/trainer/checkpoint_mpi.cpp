@@ -24,6 +24,9 @@
 #include "fixture.hpp"
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 #include "meshrun/train/comm_names.hpp"
+#include "meshrun/comm/mpi.hpp"
+
+using meshrun::comm::make_mpi_groups;
 
 using namespace meshrun;
 using namespace meshrun::train;

@@ -10,6 +10,10 @@
 #include <vector>
 
 #include "meshrun/train/comm_names.hpp"
+#include "meshrun/comm/mpi.hpp"
+
+using meshrun::comm::make_mpi_groups;
+using meshrun::comm::MpiComm;
 
 using namespace meshrun;
 using namespace meshrun::train;

@@ -43,6 +43,9 @@
 #include "fixture.hpp"
 #include "meshrun/train/comm_names.hpp"
 #include "meshrun/train/run/trainer.hpp"
+#include "meshrun/comm/mpi.hpp"
+
+using meshrun::comm::make_mpi_groups;
 
 using namespace meshrun;
 using namespace meshrun::train;

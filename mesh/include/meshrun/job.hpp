@@ -73,7 +73,7 @@ struct TrainingSpec {
   double grad_clip = 1.0;             // 0 = off
   uint64_t seed = 1234;
   std::string recompute = "none";     // none | selective | full (planner)
-  std::string dtype = "fp32";         // trainer compute dtype on CPU: fp32 | fp64
+  std::string dtype = "fp32";         // trainer dtype on CPU: fp32 | fp64 | bf16 (mixed, as the CUDA backend)
   std::string device = "cpu";         // kernel backend: cpu | cuda (docs/gpu.md)
   // Mixed-precision dtypes the planner assumes for GPU runs (bytes per element from the name); the CUDA
   // backend stores what they say (docs/gpu.md), the CPU backend computes everything in `dtype`.

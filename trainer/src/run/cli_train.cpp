@@ -26,6 +26,9 @@
 #include "signals.hpp"
 #include "step_log.hpp"
 #include "watchdog.hpp"
+#include "meshrun/comm/mpi.hpp"
+
+using meshrun::comm::make_mpi_groups;
 
 extern char** environ;
 
@@ -333,8 +336,9 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   return 0;
 }
 
-// training.device = "cuda": the CUDA backend (gpu/) trains the single-device model of meshrun-gpu-check;
-// this MPI trainer's layers do not call it yet. Refused with the first reason that applies here.
+// training.device = "cuda": the layers run on the device seam, and meshrun-gpu-check trains them on the
+// CUDA backend at world 1, but meshrun-train does not start that backend yet (it needs the NCCL
+// communicator of the GPU-trainer issue). Refused with the first reason that applies here.
 std::string cuda_refusal(const TrainingSpec& t) {
   std::string why;
   if (device::cuda_device_count(&why) == 0) return "training.device = \"cuda\": " + why;

@@ -93,11 +93,12 @@ std::vector<Comm*> Trainer<T>::unit_groups() const {
 
 template <class T>
 Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups,
-                    const TestFaults& faults)
+                    const TestFaults& faults, std::unique_ptr<device::Backend> backend)
     : cfg_(cfg),
       grid_(grid),
       coord_(grid.coords(rank)),
-      backend_(make_backend(std::is_same_v<T, double> ? "fp64" : cfg.training.dtype == "bf16" ? "bf16" : "fp32")),
+      backend_(backend ? std::move(backend)
+                       : make_backend(std::is_same_v<T, double> ? "fp64" : cfg.training.dtype == "bf16" ? "bf16" : "fp32")),
       host_access_groups_(device::strict_backend_requested()
                               ? bracket_groups(groups, [be = backend_.get()] { be->begin_host_access(); },
                                                [be = backend_.get()] { be->end_host_access(); })

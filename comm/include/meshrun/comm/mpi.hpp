@@ -5,8 +5,9 @@
 #include <array>
 #include <memory>
 
-#include "meshrun/rank_map.hpp"
 #include "meshrun/comm/comm.hpp"
+#include "meshrun/comm/groups.hpp"
+#include "meshrun/rank_map.hpp"
 
 namespace meshrun::comm {
 
@@ -43,17 +44,8 @@ class MpiComm final : public Comm {
   int tag_ub_ = 32767;  // MPI_TAG_UB (the standard guarantees at least 32767)
 };
 
-// One communicator per group kind, indexed by GroupKind. Built collectively over `base` (whose ranks
-// are the grid's ranks): color = the group's first member, key = index_in_group.
-struct Groups {
-  std::array<std::unique_ptr<Comm>, kGroupKinds.size()> by_kind;
-  std::unique_ptr<Comm> world;
-  Comm& operator[](GroupKind k) const { return *by_kind[static_cast<int>(k)]; }
-};
+// The groups of the grid, built collectively over `base` (whose ranks are the grid's ranks): color = the
+// group's first member, key = index_in_group.
 Groups make_mpi_groups(MPI_Comm base, const RankGrid& grid);
-// Every group of size 1 (a single-process run, no MPI needed).
-Groups make_local_groups();
-// The same groups with every operation bracketed by open()/close() (HostAccessComm); `g` must outlive them.
-Groups bracket_groups(const Groups& g, const std::function<void()>& open, const std::function<void()>& close);
 
 }  // namespace meshrun::comm

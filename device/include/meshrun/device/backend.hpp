@@ -1,4 +1,4 @@
-// The kernel backend seam: one interface the single-device model (model.hpp) calls for every layer, with
+// The kernel backend seam: one interface the trainer's layers, stages, parameter store and axes (trainer/) call for every tensor operation, with
 // a CPU implementation (the reference kernels of kernels/cpu.hpp, in fp32 or fp64) and a CUDA one
 // (device buffers, one compute stream, cuBLASLt GEMMs and hand-written fused kernels; device/cuda/).
 // Every function has the semantics of its namesake in meshrun/kernels/cpu.hpp (shapes, overwrite vs

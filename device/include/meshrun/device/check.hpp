@@ -1,5 +1,6 @@
 // The pieces of meshrun-gpu-check (docs/gpu.md) that do not need a GPU, so they are tested here:
-// argument parsing, the model presets, the kernel-vs-twin comparison and the twin training run.
+// argument parsing, the model presets and the kernel-vs-twin comparison. (The training runs go through
+// the trainer: trainer/include/meshrun/train/run/single_device.hpp.)
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -7,7 +8,7 @@
 #include <vector>
 
 #include "meshrun/device/backend.hpp"
-#include "meshrun/device/model.hpp"
+#include "meshrun/device/model_config.hpp"
 
 namespace meshrun::device {
 
@@ -28,9 +29,6 @@ extern const char* const kCheckUsage;
 // The tiny model of the loss comparison (4 layers, d = 128, GQA, byte vocabulary).
 ModelConfig tiny_model();
 
-// Deterministic synthetic tokens for step `step`: batch rows of seq + 1 ids following a learnable pattern.
-std::vector<std::int32_t> synthetic_batch(const ModelConfig& c, int step, std::uint64_t seed);
-
 // One kernel compared with its twin: max abs error, ‖test − ref‖₂ / ‖ref‖₂ and the bound it must meet.
 struct KernelResult {
   std::string name;
@@ -46,8 +44,5 @@ std::vector<KernelResult> compare_kernels(Backend& test, Backend& ref, double bo
 // (8-bit significand: one rounding is ≤ 2^-9 relative, and a kernel rounds a few times), 1e-4 for fp32
 // (summation order only).
 double kernel_bound(const Precision& p);
-
-// Trains `c` for `steps` steps from seed 1 on `be` (AdamW lr 1e-3, wd 0.1, clip 1) and returns the losses.
-std::vector<double> train_losses(Backend& be, const ModelConfig& c, int steps);
 
 }  // namespace meshrun::device

@@ -1,7 +1,7 @@
 // The trainer names the communication layer's types unqualified (comm/: the interface, the size-1 and the
 // MPI backends); this is the one place that brings them into meshrun::train.
 #pragma once
-#include "meshrun/comm/mpi.hpp"
+#include "meshrun/comm/groups.hpp"
 
 namespace meshrun::train {
 using comm::Buf;
@@ -14,8 +14,6 @@ using comm::Groups;
 using comm::host_buf;
 using comm::LocalComm;
 using comm::make_local_groups;
-using comm::make_mpi_groups;
-using comm::MpiComm;
 using comm::reduce_blocks;
 using comm::ReduceOp;
 using comm::Request;

@@ -69,8 +69,11 @@ class Trainer {
     bool moe_drop_token = false;        // EP: the first routed assignment of every micro-batch is dropped
     bool moe_wrong_rank = false;        // EP: one assignment is sent to the next EP rank's expert
   };
-  // rank: this process's rank in `grid`; groups: its communicators (make_mpi_groups).
-  Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups, const TestFaults& faults = {});
+  // rank: this process's rank in `grid`; groups: its communicators (make_mpi_groups, make_local_groups).
+  // backend: the kernels' (null: the CPU backend of training.dtype, or the strict one, see trainer.cpp).
+  Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups, const TestFaults& faults = {},
+          std::unique_ptr<device::Backend> backend = nullptr);
+  device::Backend& backend() const { return *backend_; }
 
   void init_params();                       // layout-independent, from training.seed
   void load(const std::string& path);       // Hugging Face names and shapes; every rank reads the file

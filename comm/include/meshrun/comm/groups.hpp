@@ -1,0 +1,24 @@
+// The communicators of one rank, one per group kind of the mesh rank map (no MPI here: the MPI groups
+// come from mpi.hpp's make_mpi_groups, a single process's from make_local_groups).
+#pragma once
+#include <array>
+#include <functional>
+#include <memory>
+
+#include "meshrun/comm/comm.hpp"
+#include "meshrun/rank_map.hpp"
+
+namespace meshrun::comm {
+
+// One communicator per group kind, indexed by GroupKind, and the world.
+struct Groups {
+  std::array<std::unique_ptr<Comm>, kGroupKinds.size()> by_kind;
+  std::unique_ptr<Comm> world;
+  Comm& operator[](GroupKind k) const { return *by_kind[static_cast<int>(k)]; }
+};
+// Every group of size 1 (a single-process run, no MPI needed).
+Groups make_local_groups();
+// The same groups with every operation bracketed by open()/close() (HostAccessComm); `g` must outlive them.
+Groups bracket_groups(const Groups& g, const std::function<void()>& open, const std::function<void()>& close);
+
+}  // namespace meshrun::comm
