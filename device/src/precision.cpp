@@ -34,6 +34,13 @@ Precision Precision::cuda(const std::string& param, const std::string& grad, con
   return p;
 }
 
+Precision Precision::for_run(const std::string& device, const std::string& dtype, const std::string& param,
+                             const std::string& grad, const std::string& optim) {
+  if (device == "cuda") return cuda(param, grad, optim);
+  if (device == "cpu") return cpu(dtype);
+  throw std::invalid_argument("training.device='" + device + "' is unknown; use \"cpu\" or \"cuda\"");
+}
+
 int task_cuda_device(int visible) {
   const char* env = std::getenv("MESHRUN_CUDA_DEVICE");
   if (!env || !*env) return 0;

@@ -41,6 +41,12 @@ TEST_CASE("precision: the CPU backend computes everything in training.dtype", "[
   CHECK(b.has_master());
   CHECK(make_cpu_backend("bf16")->precision().param == DType::bf16);
   CHECK_THROWS_WITH(Precision::cpu("fp16"), Catch::Contains("fp32, fp64 or bf16"));
+  // One resolution for both backends from a run's keys.
+  CHECK(Precision::for_run("cpu", "bf16", "fp32", "fp32", "fp32").param == DType::bf16);   // param_dtype: CUDA only
+  CHECK(Precision::for_run("cpu", "fp64", "bf16", "fp32", "fp32").param == DType::f64);
+  CHECK(Precision::for_run("cuda", "fp64", "bf16", "fp32", "fp32").param == DType::bf16);  // dtype: CPU only
+  CHECK_THROWS_WITH(Precision::for_run("cuda", "fp32", "fp16", "fp32", "fp32"), Catch::Contains("param_dtype"));
+  CHECK_THROWS_WITH(Precision::for_run("tpu", "fp32", "bf16", "fp32", "fp32"), Catch::Contains("training.device"));
   CHECK_THROWS(make_cpu_backend("fp16"));
 }
 

@@ -202,6 +202,7 @@ double ParamStore::grad_sumsq(int u, const std::vector<bool>& include) const {
 void ParamStore::adam_step(kc::AdamW hp) {
   const double wd = hp.weight_decay;
   std::vector<Request> gathers;  // stages 1-2: each unit's parameters go out while the next one updates
+  std::vector<device::AdamTensor> decayed, plain;
   for (std::size_t uu = 0; uu < params_.size(); ++uu) {
     const int u = static_cast<int>(uu);
     if (!groups_[u]) continue;
@@ -212,15 +213,20 @@ void ParamStore::adam_step(kc::AdamW hp) {
     const Buf p = stage_ == 3 ? params_[u] : params_[u].at(lo, len);  // the kernels' weights of the range
     const Buf master = prec_.has_master() ? master_[u] : p;            // indexed like m and v
     const Buf g = stage_ == 0 ? grads_[u] : grad_shard(u);
+    // The unit's tensors in two multi-tensor calls: matrices with weight decay, norm weights without.
+    decayed.clear();
+    plain.clear();
     for (const TensorSlot& t : table_.units[u].tensors) {
       const std::int64_t a = std::max(lo, t.offset), b = std::min(lo + len, t.offset + t.numel());
       if (a >= b) continue;
-      hp.weight_decay = t.is_vector ? 0.0 : wd;  // no decay on norm weights
       const std::int64_t o = a - lo, n = b - a;
-      const device::AdamTensor at{master.at(o, n), m_[u].at(o, n), v_[u].at(o, n), g.at(o, n),
-                                  prec_.has_master() ? p.at(o, n) : Buf{}};
-      be_.adamw({&at, 1}, hp);
+      (t.is_vector ? plain : decayed)
+          .push_back({master.at(o, n), m_[u].at(o, n), v_[u].at(o, n), g.at(o, n), prec_.has_master() ? p.at(o, n) : Buf{}});
     }
+    hp.weight_decay = wd;
+    if (!decayed.empty()) be_.adamw(decayed, hp);
+    hp.weight_decay = 0.0;
+    if (!plain.empty()) be_.adamw(plain, hp);
     if (stage_ == 1 || stage_ == 2) {
       gathers.push_back(groups_[u]->iall_gather(p, params_[u]));
       for (Request& r : gathers) r.test();

@@ -343,7 +343,7 @@ std::string cuda_refusal(const TrainingSpec& t) {
   std::string why;
   if (device::cuda_device_count(&why) == 0) return "training.device = \"cuda\": " + why;
   try {
-    (void)device::Precision::cuda(t.param_dtype, t.grad_dtype, t.optim_dtype);
+    (void)device::Precision::for_run(t.device, t.dtype, t.param_dtype, t.grad_dtype, t.optim_dtype);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }

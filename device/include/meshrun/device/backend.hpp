@@ -32,6 +32,10 @@ struct Precision {
   // From the config names; throws std::invalid_argument with one line naming the key and the fix.
   static Precision cuda(const std::string& param_dtype, const std::string& grad_dtype,
                         const std::string& optim_dtype);
+  // The one resolution from a run's keys (training.device, training.dtype, training.param_dtype,
+  // grad_dtype, optim_dtype): cpu(dtype) on "cpu", cuda(param, grad, optim) on "cuda".
+  static Precision for_run(const std::string& device, const std::string& dtype, const std::string& param_dtype,
+                           const std::string& grad_dtype, const std::string& optim_dtype);
 };
 
 // One flat shard for the multi-tensor AdamW: master (optim dtype) and moments m, v updated in place from
