@@ -1,5 +1,6 @@
 // meshrun-gpu-check's GPU-independent parts (check.hpp).
 #include "meshrun/device/check.hpp"
+#include "meshrun/device/rng.hpp"
 
 #include <cmath>
 #include <functional>
@@ -62,21 +63,7 @@ CheckOptions parse_check_args(int argc, const char* const* argv) {
   return o;
 }
 
-namespace {
-// splitmix64: a tiny reproducible generator. (std::mt19937_64 would pull libstdc++'s random.o into the
-// statically linked check binary, and with it a glibc 2.36 symbol the GPU machine may lack.)
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }   // [0, 1)
-  std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(uniform() * static_cast<double>(n)); }
-};
-}  // namespace
+using Rng = SplitMix64;
 
 ModelConfig tiny_model() { return ModelConfig{256, 128, 4, 4, 2, 352, 64, 4}; }
 

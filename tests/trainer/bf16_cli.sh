@@ -12,17 +12,7 @@ trap 'rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/cli_lib.sh"
 
 mkdir -p "$DIR/text"
-python3 - "$DIR/text/corpus.txt" <<'PY'
-import sys
-words = ("the of and to in is that for it as with was on be by at this from are or an which not have "
-         "pipeline tensor rank gradient expert sequence layer model data token shard batch").split()
-x, out, n = 12345, [], 0
-while n < 65536:
-    x = (1103515245 * x + 12345) & 0xFFFFFFFF
-    out.append(words[(x >> 16) % len(words)]); n += len(out[-1]) + 1
-    if (x >> 8) % 13 == 0: out.append(".\n"); n += 2
-open(sys.argv[1], "w").write(" ".join(out))
-PY
+write_lcg_corpus "$DIR/text/corpus.txt"
 common=(--set data.text="$DIR/text" --set data.path="$DIR/corpus.bin")
 for dt in fp32 bf16; do
   if ! "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" "${common[@]}" --set training.dtype=$dt --metrics "$DIR/$dt.jsonl" \

@@ -11,3 +11,20 @@ expect() {
   if [[ -n $pattern ]] && ! grep -q -- "$pattern" "$DIR/out"; then bad "$what: output lacks '$pattern'"; sed 's/^/     | /' "$DIR/out" | tail -8; return; fi
   pass "$what"
 }
+
+# write_lcg_corpus FILE: a deterministic 64 KiB text, words drawn by a 32-bit LCG from a fixed list (the
+# golden-loss and bf16 tests' corpus, so their results do not depend on the machine's files).
+write_lcg_corpus() {
+  python3 - "$1" <<'PY'
+import sys
+words = ("the of and to in is that for it as with was on be by at this from are or an which not have "
+         "pipeline tensor rank gradient expert sequence layer model data token shard batch").split()
+x, out, n = 12345, [], 0
+while n < 65536:
+    x = (1103515245 * x + 12345) & 0xFFFFFFFF
+    w = words[(x >> 16) % len(words)]
+    out.append(w); n += len(w) + 1
+    if (x >> 8) % 13 == 0: out.append(".\n"); n += 2
+open(sys.argv[1], "w").write(" ".join(out))
+PY
+}

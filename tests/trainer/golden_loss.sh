@@ -14,18 +14,7 @@ source "$(dirname "$0")/cli_lib.sh"
 
 # A deterministic 64 KiB text: words drawn by a 32-bit LCG from a fixed list.
 mkdir -p "$DIR/text"
-python3 - "$DIR/text/corpus.txt" <<'PY'
-import sys
-words = ("the of and to in is that for it as with was on be by at this from are or an which not have "
-         "pipeline tensor rank gradient expert sequence layer model data token shard batch").split()
-x, out, n = 12345, [], 0
-while n < 65536:
-    x = (1103515245 * x + 12345) & 0xFFFFFFFF
-    w = words[(x >> 16) % len(words)]
-    out.append(w); n += len(w) + 1
-    if (x >> 8) % 13 == 0: out.append(".\n"); n += 2
-open(sys.argv[1], "w").write(" ".join(out))
-PY
+write_lcg_corpus "$DIR/text/corpus.txt"
 
 common=(--set data.text="$DIR/text" --set data.path="$DIR/corpus.bin" --set training.steps=8)
 run() {  # NAME TEMPLATE ARGS...

@@ -1,5 +1,7 @@
 #include "meshrun/train/run/single_device.hpp"
 
+#include "meshrun/device/rng.hpp"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -36,18 +38,7 @@ JobConfig single_device_config(const device::ModelConfig& c, int steps, double l
 }
 
 namespace {
-// splitmix64 (as meshrun-gpu-check's synthetic inputs: no <random> in the statically linked parts).
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(uniform() * static_cast<double>(n)); }
-};
+using Rng = device::SplitMix64;
 
 // Enough tokens for every step's batch (windows advance by seq), written little-endian in the width
 // the config names.
