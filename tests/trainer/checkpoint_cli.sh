@@ -29,7 +29,7 @@ grep -q "starting at step 0 from initialization" "$DIR/out" && pass "the log say
 [[ $(cat "$DIR/ref/latest") == step-24 ]] && pass "latest = step-24" || bad "latest: $(cat "$DIR/ref/latest")"
 [[ $(cat "$DIR/ref/status") == "finished 24" ]] && pass "status file: finished 24" || bad "status: $(cat "$DIR/ref/status")"
 [[ $(ls "$DIR/ref/step-24" | grep -c '^rank-.*\.safetensors$') -eq 4 ]] && pass "one shard per rank" || bad "shards: $(ls "$DIR/ref/step-24")"
-python3 -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['version']==1 and m['step']==24 and m['consumed_samples']==24*16 and m['layout']['tp']==2" \
+python3 -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['version']==2 and m['step']==24 and m['consumed_samples']==24*16 and m['layout']['tp']==2" \
   "$DIR/ref/step-24/manifest.json" && pass "manifest: version, step, consumed samples, layout" || bad "manifest fields"
 
 # 2. USR1 in the middle: the trainer saves after the step in which every rank has seen it, writes the status

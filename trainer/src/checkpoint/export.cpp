@@ -34,7 +34,7 @@ std::vector<T> global_tensor(const Manifest& m, const std::string& name, int k,
     for (const ManifestPiece& p : f.pieces) {
       if (p.tensor != name || p.kind != k) continue;
       auto& reader = readers[f.name];
-      if (!reader) reader = std::make_unique<ShardReader>(fpath, f.bytes, p.key);
+      if (!reader) reader = open_shard(m, f);
       const std::vector<T> vals = decode<T>(reader->read(p.key, m.dtype, p.b - p.a, p.hash));
       scatter_piece(p, vals.data(), 0, 0, R, C, out.data(), seen.data(), fpath);
     }
@@ -62,26 +62,13 @@ std::vector<T> read_global_tensor(const std::string& path, const std::string& na
 }
 
 std::int64_t verify_checkpoint(const std::string& path) {
-  const Manifest m = read_manifest(path);
+  const Manifest m = read_manifest(path);  // every structural check, exact coverage included
   std::int64_t n = 0;
   for (const ManifestFile& f : m.files) {
-    const ShardReader reader((fs::path(path) / f.name).string(), f.bytes, f.pieces.empty() ? "-" : f.pieces[0].key);
+    const std::unique_ptr<ShardReader> reader = open_shard(m, f);
     for (const ManifestPiece& p : f.pieces) {
-      (void)reader.read(p.key, m.dtype, p.b - p.a, p.hash);
+      (void)reader->read(p.key, m.dtype, p.b - p.a, p.hash);
       ++n;
-    }
-  }
-  // Every element of every tensor, of every kind, is held exactly once.
-  for (const auto& [name, shape] : m.shapes) {
-    const std::int64_t numel = shape.at(0) * (shape.size() > 1 ? shape[1] : 1);
-    for (int k = 0; k < 3; ++k) {
-      std::int64_t have = 0;
-      for (const ManifestFile& f : m.files)
-        for (const ManifestPiece& p : f.pieces)
-          if (p.tensor == name && p.kind == k) have += p.b - p.a;
-      if (have != numel)
-        throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": the pieces hold " + std::to_string(have) + " of " +
-                              std::to_string(numel) + " elements; the checkpoint is incomplete");
     }
   }
   return n;

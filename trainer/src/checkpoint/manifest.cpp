@@ -16,6 +16,7 @@
 #include "json_read.hpp"
 #include "meshrun/bounded_file.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
+#include "meshrun/train/run/trainer.hpp"
 
 namespace meshrun::train {
 
@@ -132,6 +133,114 @@ V field(const json& j, const std::string& key, const std::string& where, const s
 
 }  // namespace
 
+std::string manifest_digest(json root) {
+  root.erase("manifest_hash");
+  const std::string text = root.dump();
+  return hex64(hash_bytes(text.data(), text.size()));
+}
+
+namespace {
+
+// Every element of every tensor, of each kind, held by exactly one piece: the pieces become row segments
+// [c0, c1) of global rows, sorted, and must tile each row of the tensor without overlap or hole. Costs the
+// rows the pieces span (no per-element bitmap), so a 405B manifest is checked in well under a second.
+void check_coverage(const Manifest& m) {
+  struct Segment {
+    std::int64_t row, c0, c1;
+    const std::string* file;
+  };
+  std::map<std::pair<std::string, int>, std::vector<Segment>> segs;
+  for (const ManifestFile& f : m.files)
+    for (const ManifestPiece& p : f.pieces) {
+      std::vector<Segment>& out = segs[{p.tensor, p.kind}];
+      for (std::int64_t i = p.a; i < p.b;) {
+        const std::int64_t r = i / p.cols, c = i % p.cols, end = std::min(p.b, (r + 1) * p.cols);
+        out.push_back({p.row0 + r, p.col0 + c, p.col0 + c + (end - i), &f.name});
+        i = end;
+      }
+    }
+  for (const std::string& name : m.order) {
+    const std::vector<std::int64_t>& shape = m.shapes.at(name);
+    const std::int64_t R = shape[0], C = shape.size() > 1 ? shape[1] : 1;
+    for (int k = 0; k < 3; ++k) {
+      auto it = segs.find({name, k});
+      if (it == segs.end())
+        throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + " has no piece in any shard; the checkpoint is incomplete");
+      std::vector<Segment>& v = it->second;
+      std::sort(v.begin(), v.end(), [](const Segment& x, const Segment& y) { return x.row != y.row ? x.row < y.row : x.c0 < y.c0; });
+      std::int64_t row = 0, col = 0;  // the next element that must be covered
+      for (const Segment& s : v) {
+        if (s.row > row || (s.row == row && s.c0 > col))
+          throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": element [" + std::to_string(row) + ", " +
+                                std::to_string(col) + "] is held by no piece; the checkpoint is incomplete or the manifest damaged");
+        if (s.c0 < col || s.row < row)
+          throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": element [" + std::to_string(s.row) + ", " +
+                                std::to_string(s.c0) + "] is held by two pieces (one in " + *s.file + "); the manifest is damaged");
+        col = s.c1;
+        if (col == C) {
+          ++row;
+          col = 0;
+        }
+      }
+      if (row != R)
+        throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": element [" + std::to_string(row) + ", " +
+                              std::to_string(col) + "] is held by no piece; the checkpoint is incomplete or the manifest damaged");
+    }
+  }
+}
+
+}  // namespace
+
+// The manifest agrees with itself, its directory and its shards' list: its own hash (format 2), step against
+// the step-N directory, consumed_samples and the learning-rate position against step, one shard per rank
+// named after it, and exact coverage of every tensor. Run by everything that reads a checkpoint (resume,
+// export, inspect --verify), so they accept and refuse the same directories.
+void check_consistency(const Manifest& m) {
+  const json& r = m.root;
+  const std::string damaged = "; the manifest is damaged: restore it or resume from an older step";
+  if (m.version >= 2) {
+    const std::string want = field<std::string>(r, "manifest_hash", "", m.file);
+    if (manifest_digest(r) != want)
+      throw CheckpointError(m.file + ": the manifest's contents do not match its manifest_hash (it was edited or damaged)" + damaged);
+  }
+  if (m.step < 0) throw CheckpointError(m.file + ": step " + std::to_string(m.step) + " is negative" + damaged);
+  const std::string dir = fs::path(m.path).lexically_normal().filename().string() == ""
+                              ? fs::path(m.path).lexically_normal().parent_path().filename().string()
+                              : fs::path(m.path).lexically_normal().filename().string();
+  if (dir.rfind("step-", 0) == 0 && dir.size() > 5 && dir.find_first_not_of("0123456789", 5) == std::string::npos &&
+      dir != step_name(m.step))
+    throw CheckpointError(m.file + ": step " + std::to_string(m.step) + " does not match the directory " + dir + damaged);
+  const json& training = field<json>(r, "training", "", m.file);
+  TrainingSpec t;
+  t.global_batch_size = field<int>(training, "global_batch_size", "training.", m.file);
+  const std::int64_t consumed = field<std::int64_t>(r, "consumed_samples", "", m.file);
+  if (consumed != static_cast<std::int64_t>(m.step) * t.global_batch_size)
+    throw CheckpointError(m.file + ": consumed_samples = " + std::to_string(consumed) + " but step " + std::to_string(m.step) +
+                          " × training.global_batch_size " + std::to_string(t.global_batch_size) + " = " +
+                          std::to_string(static_cast<std::int64_t>(m.step) * t.global_batch_size) + damaged);
+  if (m.version >= 2) {
+    const json& s = field<json>(r, "lr_schedule", "", m.file);
+    const int completed = field<int>(s, "completed_steps", "lr_schedule.", m.file);
+    t.lr = field<double>(training, "lr", "training.", m.file);
+    t.min_lr = field<double>(training, "min_lr", "training.", m.file);
+    t.warmup_steps = field<int>(training, "warmup_steps", "training.", m.file);
+    t.steps = field<int>(training, "steps", "training.", m.file);
+    const double next_lr = field<double>(s, "next_lr", "lr_schedule.", m.file);
+    if (completed != m.step || next_lr != lr_at(t, m.step))
+      throw CheckpointError(m.file + ": lr_schedule (completed_steps " + std::to_string(completed) +
+                            ") does not agree with step " + std::to_string(m.step) + " and the training settings" + damaged);
+  }
+  std::vector<char> rank_seen(m.files.size(), 0);
+  for (const ManifestFile& f : m.files) {
+    if (f.rank < 0 || f.rank >= static_cast<int>(m.files.size()) || rank_seen[static_cast<std::size_t>(f.rank)] ||
+        f.name != shard_name(f.rank))
+      throw CheckpointError(m.file + ": shard " + f.name + " is listed as rank " + std::to_string(f.rank) + " of " +
+                            std::to_string(m.files.size()) + " files; each rank's shard must be listed once under its name" + damaged);
+    rank_seen[static_cast<std::size_t>(f.rank)] = 1;
+  }
+  check_coverage(m);
+}
+
 ShardReader::ShardReader(const std::string& path, std::int64_t expected_bytes, const std::string& first_tensor) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY);
   if (fd_ < 0) throw CheckpointError(path + ": cannot open shard (" + errno_text() + "); the checkpoint is incomplete");
@@ -161,6 +270,7 @@ ShardReader::ShardReader(const std::string& path, std::int64_t expected_bytes, c
   try {
     const SafetensorsHeader parsed = parse_safetensors_header(header, payload_bytes, path);
     for (const auto& [k, t] : parsed.tensors) entries_[k] = ShardEntry{t.dtype, t.shape, t.begin, t.end};
+    metadata_ = parsed.metadata;
   } catch (const SafetensorsError& e) {
     throw CheckpointError(std::string(e.what()) + "; restore the shard or resume from an older step");
   }
@@ -174,6 +284,23 @@ ShardReader::ShardReader(const std::string& path, std::int64_t expected_bytes, c
       }
     throw wrong_size(tensor);
   }
+}
+
+std::unique_ptr<ShardReader> open_shard(const Manifest& m, const ManifestFile& f) {
+  const std::string fpath = (fs::path(m.path) / f.name).string();
+  auto reader = std::make_unique<ShardReader>(fpath, f.bytes, f.pieces.empty() ? "-" : f.pieces[0].key);
+  if (m.version >= 2) {  // the shard's own record of what it is (safetensors __metadata__)
+    const auto& md = reader->metadata();
+    auto get = [&](const char* k) {
+      auto it = md.find(k);
+      return it == md.end() ? std::string("(none)") : it->second;
+    };
+    if (get("step") != std::to_string(m.step) || get("rank") != std::to_string(f.rank))
+      throw CheckpointError(fpath + ": the shard says step " + get("step") + ", rank " + get("rank") + " but the manifest lists it as step " +
+                            std::to_string(m.step) + ", rank " + std::to_string(f.rank) +
+                            "; a shard of another save was copied here: restore it or resume from an older step");
+  }
+  return reader;
 }
 
 ShardReader::~ShardReader() {
@@ -207,10 +334,10 @@ Manifest read_manifest(const std::string& path) {
   const json& r = m.root;
   if (field<std::string>(r, "format", "", m.file) != "meshrun-checkpoint")
     throw CheckpointError(m.file + ": format is not \"meshrun-checkpoint\"; this is not a meshrun checkpoint");
-  const int version = field<int>(r, "version", "", m.file);
-  if (version != kCheckpointFormatVersion)
-    throw CheckpointError(m.file + ": format version " + std::to_string(version) + ", this meshrun-train reads version " +
-                          std::to_string(kCheckpointFormatVersion));
+  m.version = field<int>(r, "version", "", m.file);
+  if (m.version < 1 || m.version > kCheckpointFormatVersion)
+    throw CheckpointError(m.file + ": format version " + std::to_string(m.version) + ", this meshrun-train reads versions 1 to " +
+                          std::to_string(kCheckpointFormatVersion) + "; use the meshrun that wrote it");
   m.step = field<int>(r, "step", "", m.file);
   m.dtype = field<std::string>(r, "dtype", "", m.file);
   if (m.dtype != "F32" && m.dtype != "F64") throw CheckpointError(m.file + ": dtype \"" + m.dtype + "\" is not F32 or F64");
@@ -229,6 +356,7 @@ Manifest read_manifest(const std::string& path) {
     if (mf.name.find('/') != std::string::npos || mf.name.empty() || mf.name[0] == '.')
       throw CheckpointError(m.file + ": shard file name \"" + mf.name + "\" is not a plain file name");
     mf.bytes = field<std::int64_t>(f, "bytes", mf.name + ": ", m.file);
+    mf.rank = field<int>(f, "rank", mf.name + ": ", m.file);
     for (const json& p : field<json>(f, "pieces", mf.name + ": ", m.file)) {
       ManifestPiece mp;
       const std::string w = mf.name + ": piece ";
@@ -258,6 +386,7 @@ Manifest read_manifest(const std::string& path) {
     }
     m.files.push_back(std::move(mf));
   }
+  check_consistency(m);
   return m;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,12 +43,14 @@ struct ManifestPiece {
 struct ManifestFile {
   std::string name;
   std::int64_t bytes = 0;
+  int rank = 0;
   std::vector<ManifestPiece> pieces;
 };
 
 struct Manifest {
   std::string path, file;  // directory, manifest.json
   nlohmann::json root;
+  int version = 0;
   int step = 0;
   std::string dtype;
   std::map<std::string, std::vector<std::int64_t>> shapes;
@@ -55,8 +58,16 @@ struct Manifest {
   std::vector<ManifestFile> files;
 };
 
-// Parses DIR/manifest.json, checking every field it uses (CheckpointError naming file and field).
+// Parses DIR/manifest.json, checking every field it uses and check_consistency (CheckpointError naming file
+// and field). Resume, export and inspect --verify all open a checkpoint through it.
 Manifest read_manifest(const std::string& path);
+
+// The checks read_manifest ends with: manifest_hash, step against directory, consumed_samples and
+// lr_schedule, the shard list, exact coverage of every tensor by the pieces.
+void check_consistency(const Manifest& m);
+
+// The manifest's own hash: over its canonical JSON text without the manifest_hash field.
+std::string manifest_digest(nlohmann::json root);
 
 // The run's settings against the manifest's (CheckpointError naming the first that differs).
 void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_tokens);
@@ -77,6 +88,7 @@ class ShardReader {
 
   // The bytes of piece `key`, checked against the manifest's dtype, element count and hash.
   std::string read(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
   std::string path_;
@@ -84,7 +96,11 @@ class ShardReader {
   std::int64_t size_ = 0;
   std::uint64_t payload_ = 0;
   std::map<std::string, ShardEntry> entries_;
+  std::map<std::string, std::string> metadata_;
 };
+
+// Opens shard f of manifest m and checks its header's step and rank against the manifest (format 2).
+std::unique_ptr<ShardReader> open_shard(const Manifest& m, const ManifestFile& f);
 
 // Copies the part of piece p (values `src`) that falls into the destination block [r0, r0+lr) × [c0, c0+lc)
 // of its tensor into dst (row-major block), marking `seen`; an element seen twice is an error.

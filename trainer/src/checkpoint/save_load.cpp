@@ -250,6 +250,8 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
         files.push_back(std::move(f));
       }
       m["files"] = std::move(files);
+      m["lr_schedule"] = {{"completed_steps", step}, {"next_lr", lr_at(cfg.training, step)}};
+      m["manifest_hash"] = manifest_digest(m);
       const std::string text = m.dump(1) + "\n";
       res.bytes_total = total + static_cast<std::int64_t>(text.size());
       const std::string mpath = (tmp / "manifest.json").string();
@@ -358,7 +360,7 @@ int load_checkpoint(Trainer<T>& tr, const std::string& path, std::int64_t data_t
         const auto& [pu, t] = mine.at(p.tensor);
         if (pu != u || !overlaps(p, t->row0, t->col0, t->local_rows, t->local_cols)) continue;
         auto& reader = readers[f.name];
-        if (!reader) reader = std::make_unique<ShardReader>(fpath, f.bytes, p.key);
+        if (!reader) reader = open_shard(m, f);
         const std::vector<T> vals = decode<T>(reader->read(p.key, m.dtype, p.b - p.a, p.hash));
         // The slot's block inside the unit buffer: scatter into a view starting at its offset.
         scatter_piece(p, vals.data(), t->row0, t->col0, t->local_rows, t->local_cols, buf[p.kind].data() + t->offset,

@@ -30,7 +30,8 @@ struct CheckpointError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// 2: manifest_hash, lr_schedule and the shard-list/coverage cross-checks; version 1 still loads.
+inline constexpr int kCheckpointFormatVersion = 2;
 // Exit status of every rank after a signal-driven stop whose checkpoint was committed (EX_TEMPFAIL).
 inline constexpr int kPreemptedExitCode = 75;
 

@@ -1,0 +1,78 @@
+#!/bin/bash
+# Checkpoints that cannot be resumed from the wrong state, and saves that fail without losing the run
+# (docs/trainer.md, "Checkpoints"; issue 31). Real mpirun, real files, real signals.
+#  1. A one-bit flip of manifest.json's step is refused by resume, inspect --verify and export alike (manifest_hash).
+#  2. Each cross-check on its own, with the hash recomputed (manifest_edit): step vs directory, consumed_samples,
+#     lr_schedule, the shards' own step; pieces that overlap (a block moved by a row) in inspect --verify.
+#  Control: the untouched checkpoint verifies and resumes.
+# usage: checkpoint_integrity.sh MESHRUN_TRAIN MESHRUN_CKPT TEMPLATE MPIRUN MANIFEST_EDIT
+set -u
+TRAIN=$1 CKPT=$2 TEMPLATE=$3 MPIRUN=$4 EDIT=$5
+MPI=("$MPIRUN" --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
+DIR=$(mktemp -d /tmp/meshrun-ckpt-integrity-XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+source "$(dirname "$0")/cli_lib.sh"
+write_lcg_corpus "$DIR/corpus.txt"
+RUN=("${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt"
+     --set parallel.tp=2 --set training.global_batch_size=8)
+
+expect 0 "checkpoint committed: .*step-4" "a 4-step run saves step-2 and step-4" -- "${RUN[@]}" --set training.steps=4 \
+  --set checkpoint.interval=2 --set checkpoint.dir="$DIR/ref"
+# fresh CASE: a copy of the reference checkpoint directory
+fresh() { rm -rf "$DIR/$1" && cp -a "$DIR/ref" "$DIR/$1"; }
+# refused CASE PATTERN WHAT: resume (the same training.steps: resuming is all it does), inspect --verify and export all exit 2 naming PATTERN
+refused() {
+  local c=$1 pattern=$2 what=$3 path
+  path="$DIR/$c/$(cat "$DIR/$c/latest")"
+  expect 2 "$pattern" "$what: resume refused" -- "${RUN[@]}" --set training.steps=4 --set checkpoint.dir="$DIR/$c"
+  [[ $(grep -c "^meshrun-train" "$DIR/out") -eq 1 ]] || bad "$what: not exactly one line from meshrun-train"
+  expect 2 "$pattern" "$what: inspect --verify refused" -- "$CKPT" inspect "$path" --verify
+  expect 2 "$pattern" "$what: export refused" -- "$CKPT" export "$path" "$DIR/$c.safetensors"
+}
+
+expect 0 "verified:" "control: the untouched checkpoint verifies" -- "$CKPT" inspect "$DIR/ref/step-4" --verify
+
+# 1. One bit: "step": 4 → 5 ('4' is 0x34, '5' is 0x35).
+fresh flip
+python3 - "$DIR/flip/step-4/manifest.json" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read())
+i = b.index(b'"step": 4') + len(b'"step": ')
+b[i] ^= 1
+open(p, "wb").write(b)
+PY
+grep -q '"step": 5' "$DIR/flip/step-4/manifest.json" && pass "the flipped manifest says step 5" || bad "bit flip not applied"
+refused flip "manifest.json: the manifest's contents do not match its manifest_hash" "step 4→5 by one bit"
+
+# 2. Each cross-check alone (hash recomputed).
+fresh dirname && "$EDIT" "$DIR/dirname/step-4" /step 5
+refused dirname "step 5 does not match the directory step-4" "step edited, hash recomputed"
+fresh consumed && "$EDIT" "$DIR/consumed/step-4" /step 5 && mv "$DIR/consumed/step-4" "$DIR/consumed/step-5" && echo step-5 >"$DIR/consumed/latest"
+refused consumed "consumed_samples = 32 but step 5" "step and directory edited"
+fresh lr && "$EDIT" "$DIR/lr/step-4" /step 5 /consumed_samples 40 && mv "$DIR/lr/step-4" "$DIR/lr/step-5" && echo step-5 >"$DIR/lr/latest"
+refused lr "lr_schedule (completed_steps 4) does not agree with step 5" "step, directory and consumed_samples edited"
+fresh meta && "$EDIT" "$DIR/meta/step-4" /step 5 /consumed_samples 40 /lr_schedule auto && mv "$DIR/meta/step-4" "$DIR/meta/step-5" &&
+  echo step-5 >"$DIR/meta/latest"
+refused meta "the shard says step 4, rank . but the manifest lists it as step 5" "every manifest field edited"
+
+# Overlap: one piece's block moved down by a row (inside the tensor), hash recomputed.
+fresh overlap
+read -r f p row <<<"$(python3 - "$DIR/overlap/step-4/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+shapes = {t["name"]: t["shape"] for t in m["tensors"]}
+for fi, f in enumerate(m["files"]):
+    for pi, p in enumerate(f["pieces"]):
+        r0, c0, rows, cols = p["block"]
+        if len(shapes[p["tensor"]]) == 2 and r0 + rows < shapes[p["tensor"]][0]:
+            print(fi, pi, r0 + 1); sys.exit()
+PY
+)"
+"$EDIT" "$DIR/overlap/step-4" "/files/$f/pieces/$p/block/0" "$row"
+refused overlap "is held by" "a piece moved by one row"
+
+# Control: the reference resumes.
+expect 0 "resuming from .*step-4" "control: the untouched checkpoint resumes" -- "${RUN[@]}" --set training.steps=4 \
+  --set checkpoint.dir="$DIR/ref"
+
+exit $fail
