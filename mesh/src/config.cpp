@@ -143,6 +143,9 @@ std::vector<Field> make_schema() {
   add(at_least(field("checkpoint.signal_lead_s", &JobConfig::checkpoint, &CheckpointSpec::signal_lead_s, V::integer, "seconds before the time limit"), 0));
   add(field("checkpoint.load", &JobConfig::checkpoint, &CheckpointSpec::load, V::string, "safetensors weights to start from"));
   add(field("checkpoint.save", &JobConfig::checkpoint, &CheckpointSpec::save, V::string, "safetensors file written at the end"));
+  add(choose(field("checkpoint.on_error", &JobConfig::checkpoint, &CheckpointSpec::on_error, V::string, "a failed periodic save: continue or stop"), {"continue", "stop"}));
+  add(at_least(field("checkpoint.max_failures", &JobConfig::checkpoint, &CheckpointSpec::max_failures, V::integer, "consecutive failed saves that stop the run"), 1));
+  add(field("checkpoint.async", &JobConfig::checkpoint, &CheckpointSpec::async, V::boolean, "write checkpoints in the background"));
 
   add(choose(field("site.nccl", &JobConfig::site, &SiteSpec::nccl, V::string, "site: NCCL variables from the topology"), {"auto", "off"}));
   add(field("site.allow_env", &JobConfig::site, &SiteSpec::allow_env, V::string, "site: extra [env] names a template may set"));

@@ -5,6 +5,8 @@
 #  2. Each cross-check on its own, with the hash recomputed (manifest_edit): step vs directory, consumed_samples,
 #     lr_schedule, the shards' own step; pieces that overlap (a block moved by a row) in inspect --verify.
 #  Control: the untouched checkpoint verifies and resumes.
+#  3. A second run on a checkpoint.dir in use is refused naming the holder; the lock ends with its run.
+#  4. A full disk: the failed save's files are removed, training continues (checkpoint.on_error), exit 1 at the end.
 # usage: checkpoint_integrity.sh MESHRUN_TRAIN MESHRUN_CKPT TEMPLATE MPIRUN MANIFEST_EDIT
 set -u
 TRAIN=$1 CKPT=$2 TEMPLATE=$3 MPIRUN=$4 EDIT=$5
@@ -74,5 +76,47 @@ refused overlap "is held by" "a piece moved by one row"
 # Control: the reference resumes.
 expect 0 "resuming from .*step-4" "control: the untouched checkpoint resumes" -- "${RUN[@]}" --set training.steps=4 \
   --set checkpoint.dir="$DIR/ref"
+
+# 3. One writer: a second run on a checkpoint.dir in use is refused at start, naming the holder; the first run,
+#    stopped meanwhile (SIGSTOP, so it surely still holds the lock), then finishes and commits.
+"${RUN[@]}" --set training.steps=12 --set checkpoint.interval=4 --set checkpoint.dir="$DIR/shared" >"$DIR/a.out" 2>&1 &
+apid=$!
+for _ in $(seq 1 600); do grep -q "pid" "$DIR/shared/lock" 2>/dev/null && break; sleep 0.1; done
+pkill -STOP -P $apid
+holder=$(sed 's/.*pid \([0-9]*\).*/\1/' "$DIR/shared/lock")
+expect 2 "checkpoint.dir = $DIR/shared is in use by another run (job -, node .*, pid $holder, since" \
+  "a second run on the same checkpoint.dir is refused naming the holder's pid" -- "${RUN[@]}" --set training.steps=12 \
+  --set checkpoint.dir="$DIR/shared"
+pkill -CONT -P $apid
+wait $apid && grep -q "checkpoint committed: $DIR/shared/step-12" "$DIR/a.out" && [[ $(cat "$DIR/shared/latest") == step-12 ]] &&
+  pass "the first run finishes and commits step-12" || { bad "the first run did not finish"; tail -5 "$DIR/a.out"; }
+expect 0 "resuming from $DIR/shared/step-12" "the lock ends with its run: the next run resumes" -- "${RUN[@]}" \
+  --set training.steps=12 --set checkpoint.dir="$DIR/shared"
+
+# 4. A full disk (a 14 MiB tmpfs; one checkpoint is 9.3 MiB): the save of step 4 fails, its files are removed,
+#    step-2 stays latest and training goes on; the final save fails too: exit 1, one line. on_error = "stop"
+#    ends the run at the first failure.
+mkdir -p "$DIR/small"
+if mount -t tmpfs -o size=14m meshrun-test "$DIR/small" 2>/dev/null; then
+  trap 'umount "$DIR/small" 2>/dev/null; rm -rf "$DIR"' EXIT
+  expect 1 "the final checkpoint is not saved; latest checkpoint: step-2" "disk full: the run ends with exit 1 naming the latest checkpoint" \
+    -- "${RUN[@]}" --set training.steps=6 --set checkpoint.interval=2 --set checkpoint.keep=1 --set checkpoint.dir="$DIR/small/a"
+  grep -q "checkpoint of step 4 not saved: rank .*No space left on device.*; training continues from step 4, latest checkpoint: step-2 (1 of checkpoint.max_failures = 3" "$DIR/out" &&
+    pass "the failed save of step 4 is one line and training continues" || bad "no continue line for step 4"
+  grep -q "step     6/6" "$DIR/out" && pass "steps 5 and 6 ran after the failure" || bad "the run stopped at the failure"
+  [[ $(ls "$DIR/small/a") == "$(printf 'latest\nlock\nstep-2')" ]] && pass "no step-*.tmp left: only step-2, latest and the lock remain" ||
+    bad "left behind: $(ls "$DIR/small/a" | tr '\n' ' ')"
+  used=$(df --output=used -k "$DIR/small" | tail -1)
+  [[ $used -lt 11000 ]] && pass "the space of the failed saves is given back ($used KiB used)" || bad "$used KiB used after the failures"
+  expect 0 "verified:" "step-2 is intact" -- "$CKPT" inspect "$DIR/small/a/step-2" --verify
+  rm -rf "$DIR/small/a"
+  expect 1 "stopping (checkpoint.on_error = \"stop\", 1 of" "on_error = stop: the first failed save ends the run" \
+    -- "${RUN[@]}" --set training.steps=6 --set checkpoint.interval=2 --set checkpoint.keep=1 --set checkpoint.dir="$DIR/small/b" \
+    --set checkpoint.on_error=stop
+  grep -q "step     5/6" "$DIR/out" && bad "on_error = stop trained past the failure" || pass "no step after the failure"
+  umount "$DIR/small"
+else
+  echo "skip the full-disk cases: mounting a tmpfs is not permitted here"
+fi
 
 exit $fail

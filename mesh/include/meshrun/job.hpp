@@ -98,6 +98,9 @@ struct CheckpointSpec {
   int signal_lead_s = 120;
   std::string load;                   // safetensors file to start from
   std::string save;                   // safetensors file to write at the end
+  std::string on_error = "continue";  // a failed periodic save: continue (keep the previous checkpoint) or stop
+  int max_failures = 3;               // consecutive failed saves that end the run even with on_error = continue
+  bool async = false;                 // write shards in the background; the step stalls only for the host copy
 };
 
 struct JobSpec {

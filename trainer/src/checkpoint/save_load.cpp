@@ -54,6 +54,23 @@ std::vector<Piece> held_pieces(Trainer<T>& tr) {
   return out;
 }
 
+// After a failed save (rank 0, every rank agreed it failed): what it wrote goes, so a full disk gets its space
+// back, and the directory is as before the save: `latest` and the checkpoint it names are untouched. A step-N
+// that `latest` does not name (renamed before the failure) goes too, and a step-N moved aside comes back.
+void discard_failed_save(const fs::path& root, int step) {
+  std::error_code ec;
+  fs::remove_all(root / (step_name(step) + ".tmp"), ec);
+  fs::remove(root / "latest.tmp", ec);
+  const fs::path final_dir = root / step_name(step), aside = root / (step_name(step) + ".old.tmp");
+  std::string latest;
+  std::getline(std::ifstream(root / "latest"), latest);
+  if (latest != step_name(step)) {
+    fs::remove_all(final_dir, ec);
+    if (fs::exists(aside, ec)) fs::rename(aside, final_dir, ec);
+  }
+  fs::remove_all(aside, ec);
+}
+
 }  // namespace
 
 std::string status_file_path(const std::string& dir) { return (fs::path(dir) / "status").string(); }
@@ -315,7 +332,10 @@ SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int
       relay = "rank " + std::to_string(culprit) + ": " + err;
     }
     const std::vector<std::string> outcome = agree(rank == 0 ? relay : std::string());
-    if (!outcome[0].empty()) throw CheckpointError("checkpoint of step " + std::to_string(step) + " not saved: " + outcome[0]);
+    if (!outcome[0].empty()) {
+      if (rank == 0) discard_failed_save(root, step);
+      throw CheckpointError("checkpoint of step " + std::to_string(step) + " not saved: " + outcome[0]);
+    }
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;

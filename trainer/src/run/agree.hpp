@@ -11,6 +11,12 @@ struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown on every rank for a failure the ranks agreed on that is not the user's input (a checkpoint that
+// could not be saved): one line, exit 1.
+struct RunFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // All ranks agree on success; false everywhere if any rank failed.
 bool all_ok(bool ok);
 

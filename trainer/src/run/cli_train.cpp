@@ -148,6 +148,8 @@ void prepare_checkpoint_dir(const CheckpointSpec& ck, int rank, int world) {
     std::filesystem::create_directories(ck.dir, ec);
     if (ec || ::access(ck.dir.c_str(), W_OK) != 0)
       err = "checkpoint.dir = " + ck.dir + " cannot be created or is not writable; create it or change checkpoint.dir";
+    else
+      err = lock_checkpoint_dir(ck.dir);  // held until exit: this run is the directory's only writer
   }
   collective_check(err, rank, world);
 }
@@ -245,6 +247,8 @@ struct RunCheckpoints {
   int rank;
   SaveHistory history;
 
+  int failures = 0;  // consecutive failed saves
+
   // A collective save of `step`; the log line is printed only after the commit (latest renamed).
   bool save(int step, std::string* why) {
     const UnboundedIo unbounded;  // the watchdog does not bound file I/O
@@ -252,12 +256,36 @@ struct RunCheckpoints {
       const SaveResult r = save_checkpoint(trainer, ck.dir, step, ck.keep, data.tokens());
       history.last_saved = step;
       history.last_save_s = r.seconds;
+      failures = 0;
       progress_after(r.seconds, 3);
       if (rank == 0) print_checkpoint_committed(r, step, ck.signal_lead_s);
       return true;
     } catch (const CheckpointError& e) {
       *why = e.what();
+      ++failures;
       return false;
+    }
+  }
+
+  std::string latest_text() const {
+    return history.last_saved > 0 ? "step-" + std::to_string(history.last_saved) : std::string("none");
+  }
+
+  // checkpoint.interval's save of `step`: a failure (its files already removed by the save) is one line, and
+  // the run goes on from the previous checkpoint unless checkpoint.on_error = "stop" or checkpoint.max_failures
+  // saves in a row failed.
+  void periodic(int step) {
+    std::string why;
+    if (save(step, &why)) return;
+    const bool stop = ck.on_error == "stop" || failures >= ck.max_failures;
+    if (stop)
+      throw RunFailure(why + "; latest checkpoint: " + latest_text() + "; stopping (checkpoint.on_error = \"" + ck.on_error +
+                       "\", " + std::to_string(failures) + " of checkpoint.max_failures = " + std::to_string(ck.max_failures) +
+                       " failures in a row)");
+    if (rank == 0) {
+      std::printf("meshrun-train: %s; training continues from step %d, latest checkpoint: %s (%d of checkpoint.max_failures = "
+                  "%d failures in a row)\n", why.c_str(), step, latest_text().c_str(), failures, ck.max_failures);
+      std::fflush(stdout);
     }
   }
 };
@@ -279,7 +307,7 @@ void finish_run(Trainer<T>& trainer, const JobConfig& cfg, RunCheckpoints<T>& ch
   if (!ck.dir.empty()) {
     std::string why;
     if (checkpoints.history.last_saved != cfg.training.steps && !checkpoints.save(cfg.training.steps, &why))
-      throw InputError(why);
+      throw RunFailure(why + "; the final checkpoint is not saved; latest checkpoint: " + checkpoints.latest_text());
     if (rank == 0) write_status_file(ck.dir, "finished " + std::to_string(cfg.training.steps));
   }
   set_watchdog_phase(WatchdogPhase::file_io);  // the gathered final weights: file I/O
@@ -327,9 +355,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
       return stop_after_step(stop, s + 1, ck.dir, rank, checkpoints.history,
                              [&](int step, std::string* why) { return checkpoints.save(step, why); });
     }
-    std::string why;  // checkpoint.interval; the last step's save is finish_run's
-    if (ck.interval > 0 && (s + 1) % ck.interval == 0 && s + 1 < cfg.training.steps && !checkpoints.save(s + 1, &why))
-      throw InputError(why);
+    // checkpoint.interval; the last step's save is finish_run's
+    if (ck.interval > 0 && (s + 1) % ck.interval == 0 && s + 1 < cfg.training.steps) checkpoints.periodic(s + 1);
   }
   metrics.close();
   finish_run(trainer, cfg, checkpoints, rank);
@@ -434,6 +461,9 @@ int train_main(int argc, char** argv) {
   } catch (const InputError& e) {
     if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", e.what());
     code = 2;
+  } catch (const RunFailure& e) {  // every rank agreed (a failed save): one line, exit 1, no abort
+    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", e.what());
+    code = 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meshrun-train: rank %d: %s\n", rank, e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -83,6 +83,12 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 template <class T>
 int load_checkpoint(Trainer<T>& trainer, const std::string& path, std::int64_t data_tokens);
 
+// One writer per checkpoint directory (docs/trainer.md, "One writer"): takes an exclusive flock on DIR/lock
+// for the rest of the process's life and records job, node, host and pid in it. Returns "" when held, else
+// one line: another run holds it (naming the holder), or the file system refuses flock.
+std::string lock_checkpoint_dir(const std::string& dir);
+std::string checkpoint_lock_path(const std::string& dir);
+
 // Status file written by rank 0 into checkpoint.dir (DIR/status) after a stop, read by the batch script:
 // one line "saved STEP SIGNAL", "finished STEP" or "not-saved STEP REASON...". Atomic (temp + rename).
 void write_status_file(const std::string& dir, const std::string& line);
