@@ -4,9 +4,12 @@
 # point of the commit protocol, which occurrence: MESHRUN_CKPT_KILL, docs/trainer.md). Each time the rerun
 # must resume from the last committed checkpoint (step 4 once rank 0 renamed `latest`, else step 2)
 # and end with weights identical to an uncrashed run's. Prints the number of corrupt resumes.
-# usage: checkpoint_crash.sh MESHRUN_TRAIN MESHRUN_TOKENIZE TEMPLATE MPIRUN [N=10] [SEED=16]
+# With ASYNC=1 (7th argument) every save is checkpoint.async: the shard is written by the background thread.
+# usage: checkpoint_crash.sh MESHRUN_TRAIN MESHRUN_TOKENIZE TEMPLATE MPIRUN [N=10] [SEED=16] [ASYNC=0]
 set -u
-TRAIN=$1 TOKENIZE=$2 TEMPLATE=$3 MPIRUN=$4 N=${5:-10} SEED=${6:-16}
+TRAIN=$1 TOKENIZE=$2 TEMPLATE=$3 MPIRUN=$4 N=${5:-10} SEED=${6:-16} ASYNC=${7:-0}
+EXTRA=()
+[[ $ASYNC == 1 ]] && EXTRA=(--set checkpoint.async=true)
 MPI=("$MPIRUN" --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
 DIR=$(mktemp -d /tmp/meshrun-ckpt-crash-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
@@ -20,7 +23,7 @@ run() {  # run CKPT_DIR OUT [MESHRUN_CKPT_KILL]
   [[ -n ${3:-} ]] && env=(-x MESHRUN_CKPT_KILL="$3")
   "${MPI[@]}" "${env[@]}" -np 4 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set training.steps=4 \
     --set checkpoint.interval=2 --set checkpoint.keep=1 --set checkpoint.dir="$1" \
-    --set checkpoint.save="$1.safetensors" >"$2" 2>&1
+    --set checkpoint.save="$1.safetensors" "${EXTRA[@]}" >"$2" 2>&1
 }
 run "$DIR/ref" "$DIR/ref.out" || { bad "reference run failed"; tail -5 "$DIR/ref.out"; exit 1; }
 

@@ -7,6 +7,7 @@
 #  Control: the untouched checkpoint verifies and resumes.
 #  3. A second run on a checkpoint.dir in use is refused naming the holder; the lock ends with its run.
 #  4. A full disk: the failed save's files are removed, training continues (checkpoint.on_error), exit 1 at the end.
+#  5. checkpoint.async: the same losses, checkpoints and weights as synchronous saves; resume from its checkpoint.
 # usage: checkpoint_integrity.sh MESHRUN_TRAIN MESHRUN_CKPT TEMPLATE MPIRUN MANIFEST_EDIT
 set -u
 TRAIN=$1 CKPT=$2 TEMPLATE=$3 MPIRUN=$4 EDIT=$5
@@ -93,6 +94,27 @@ wait $apid && grep -q "checkpoint committed: $DIR/shared/step-12" "$DIR/a.out" &
 expect 0 "resuming from $DIR/shared/step-12" "the lock ends with its run: the next run resumes" -- "${RUN[@]}" \
   --set training.steps=12 --set checkpoint.dir="$DIR/shared"
 
+# 5. checkpoint.async: the same losses, checkpoints and final weights as synchronous saves, every save
+#    committed; a resume from an asynchronously written checkpoint ends with the same weights.
+numbers() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+for mode in sync async; do
+  expect 0 "checkpoint committed: $DIR/$mode/step-8" "8 steps saving every 2 ($mode)" -- "${RUN[@]}" --set training.steps=8 \
+    --set checkpoint.interval=2 --set checkpoint.dir="$DIR/$mode" --set checkpoint.async=$([[ $mode == async ]] && echo true || echo false) \
+    --metrics "$DIR/$mode.jsonl" --set checkpoint.save="$DIR/$mode.safetensors"
+  cp "$DIR/out" "$DIR/$mode.out"
+done
+[[ $(grep -c "checkpoint committed: .*; async: training waited" "$DIR/async.out") -eq 4 ]] && pass "async: 4 saves committed (steps 2, 4, 6, 8)" ||
+  bad "async commits: $(grep -c 'checkpoint committed' "$DIR/async.out")"
+[[ -n $(numbers "$DIR/sync.jsonl") && "$(numbers "$DIR/sync.jsonl")" == "$(numbers "$DIR/async.jsonl")" ]] &&
+  pass "async: losses, grad norms and lr equal the synchronous run's bit for bit" || bad "async metrics differ"
+cmp -s "$DIR/sync.safetensors" "$DIR/async.safetensors" && pass "async: final weights identical" || bad "async final weights differ"
+diff -r "$DIR/sync/step-6" "$DIR/async/step-6" >/dev/null && pass "async: checkpoint step-6 is byte-identical to the synchronous one" ||
+  bad "async step-6 differs"
+echo step-6 >"$DIR/async/latest"
+expect 0 "resuming from $DIR/async/step-6" "async: resume from step-6" -- "${RUN[@]}" --set training.steps=8 \
+  --set checkpoint.interval=2 --set checkpoint.dir="$DIR/async" --set checkpoint.async=true --set checkpoint.save="$DIR/resumed.safetensors"
+cmp -s "$DIR/sync.safetensors" "$DIR/resumed.safetensors" && pass "async: the resumed run ends with the same weights" || bad "resumed weights differ"
+
 # 4. A full disk (a 14 MiB tmpfs; one checkpoint is 9.3 MiB): the save of step 4 fails, its files are removed,
 #    step-2 stays latest and training goes on; the final save fails too: exit 1, one line. on_error = "stop"
 #    ends the run at the first failure.
@@ -101,7 +123,7 @@ if mount -t tmpfs -o size=14m meshrun-test "$DIR/small" 2>/dev/null; then
   trap 'umount "$DIR/small" 2>/dev/null; rm -rf "$DIR"' EXIT
   expect 1 "the final checkpoint is not saved; latest checkpoint: step-2" "disk full: the run ends with exit 1 naming the latest checkpoint" \
     -- "${RUN[@]}" --set training.steps=6 --set checkpoint.interval=2 --set checkpoint.keep=1 --set checkpoint.dir="$DIR/small/a"
-  grep -q "checkpoint of step 4 not saved: rank .*No space left on device.*; training continues from step 4, latest checkpoint: step-2 (1 of checkpoint.max_failures = 3" "$DIR/out" &&
+  grep -q "checkpoint of step 4 not saved: rank .*No space left on device.*; training continues, latest checkpoint: step-2 (1 of checkpoint.max_failures = 3" "$DIR/out" &&
     pass "the failed save of step 4 is one line and training continues" || bad "no continue line for step 4"
   grep -q "step     6/6" "$DIR/out" && pass "steps 5 and 6 ran after the failure" || bad "the run stopped at the failure"
   [[ $(ls "$DIR/small/a") == "$(printf 'latest\nlock\nstep-2')" ]] && pass "no step-*.tmp left: only step-2, latest and the lock remain" ||

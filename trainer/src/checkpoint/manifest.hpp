@@ -66,6 +66,9 @@ Manifest read_manifest(const std::string& path);
 // lr_schedule, the shard list, exact coverage of every tensor by the pieces.
 void check_consistency(const Manifest& m);
 
+// After a failed save of `step` (rank 0): removes what it wrote; `latest` and its checkpoint stay.
+void discard_failed_save(const std::string& dir, int step);
+
 // The manifest's own hash: over its canonical JSON text without the manifest_hash field.
 std::string manifest_digest(nlohmann::json root);
 

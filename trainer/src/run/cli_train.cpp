@@ -238,7 +238,9 @@ MetricsFile open_metrics(const std::string& path, int start, int rank) {
   return metrics;
 }
 
-// The run's checkpoint.dir saves, and what a signal-driven stop needs to know of them.
+// The run's checkpoint.dir saves, and what a signal-driven stop needs to know of them. With checkpoint.async
+// a periodic save only starts (the host copy) and commits at a later step boundary once every rank's write
+// has ended; a save still in flight is waited for before the next save, a signal's save and the final save.
 template <class T>
 struct RunCheckpoints {
   Trainer<T>& trainer;
@@ -246,14 +248,15 @@ struct RunCheckpoints {
   const TokenFile& data;
   int rank;
   SaveHistory history;
-
+  CheckpointSaver<T> saver{trainer, ck.dir, ck.keep, data.tokens(), ck.async};
   int failures = 0;  // consecutive failed saves
 
-  // A collective save of `step`; the log line is printed only after the commit (latest renamed).
-  bool save(int step, std::string* why) {
+  // Commits the save in flight (collective); the log line is printed only after the commit (latest renamed).
+  bool commit(std::string* why) {
     const UnboundedIo unbounded;  // the watchdog does not bound file I/O
+    const int step = saver.step_in_flight();
     try {
-      const SaveResult r = save_checkpoint(trainer, ck.dir, step, ck.keep, data.tokens());
+      const SaveResult r = saver.finish();
       history.last_saved = step;
       history.last_save_s = r.seconds;
       failures = 0;
@@ -267,25 +270,63 @@ struct RunCheckpoints {
     }
   }
 
+  bool begin(int step, std::string* why) {
+    const UnboundedIo unbounded;
+    try {
+      saver.start(step);
+      return true;
+    } catch (const CheckpointError& e) {
+      *why = e.what();
+      ++failures;
+      return false;
+    }
+  }
+
+  // A save still in flight is committed (or its failure handled) before anything else is saved.
+  void settle() {
+    std::string why;
+    if (saver.in_flight() && !commit(&why)) after_failure(why);
+  }
+
+  // A collective save of `step`, waited for (a signal's stop, the end of the run); false with *why on failure.
+  bool save(int step, std::string* why) {
+    settle();
+    return begin(step, why) && commit(why);
+  }
+
+  // After each step: an asynchronous save whose writes all ended is committed.
+  void poll() {
+    std::string why;
+    if (saver.in_flight() && saver.ready() && !commit(&why)) after_failure(why);
+  }
+
   std::string latest_text() const {
     return history.last_saved > 0 ? "step-" + std::to_string(history.last_saved) : std::string("none");
   }
 
-  // checkpoint.interval's save of `step`: a failure (its files already removed by the save) is one line, and
-  // the run goes on from the previous checkpoint unless checkpoint.on_error = "stop" or checkpoint.max_failures
-  // saves in a row failed.
-  void periodic(int step) {
-    std::string why;
-    if (save(step, &why)) return;
+  // A failed periodic save (its files already removed by the save) is one line, and the run goes on from the
+  // previous checkpoint unless checkpoint.on_error = "stop" or checkpoint.max_failures saves in a row failed.
+  void after_failure(const std::string& why) {
     const bool stop = ck.on_error == "stop" || failures >= ck.max_failures;
     if (stop)
       throw RunFailure(why + "; latest checkpoint: " + latest_text() + "; stopping (checkpoint.on_error = \"" + ck.on_error +
                        "\", " + std::to_string(failures) + " of checkpoint.max_failures = " + std::to_string(ck.max_failures) +
                        " failures in a row)");
     if (rank == 0) {
-      std::printf("meshrun-train: %s; training continues from step %d, latest checkpoint: %s (%d of checkpoint.max_failures = "
-                  "%d failures in a row)\n", why.c_str(), step, latest_text().c_str(), failures, ck.max_failures);
+      std::printf("meshrun-train: %s; training continues, latest checkpoint: %s (%d of checkpoint.max_failures = %d failures "
+                  "in a row)\n", why.c_str(), latest_text().c_str(), failures, ck.max_failures);
       std::fflush(stdout);
+    }
+  }
+
+  // checkpoint.interval's save of `step`: started (async) or done.
+  void periodic(int step) {
+    std::string why;
+    if (ck.async) {
+      settle();
+      if (!begin(step, &why)) after_failure(why);
+    } else if (!save(step, &why)) {
+      after_failure(why);
     }
   }
 };
@@ -355,6 +396,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
       return stop_after_step(stop, s + 1, ck.dir, rank, checkpoints.history,
                              [&](int step, std::string* why) { return checkpoints.save(step, why); });
     }
+    checkpoints.poll();
     // checkpoint.interval; the last step's save is finish_run's
     if (ck.interval > 0 && (s + 1) % ck.interval == 0 && s + 1 < cfg.training.steps) checkpoints.periodic(s + 1);
   }

@@ -64,9 +64,11 @@ void print_memory(const MemoryReport& m, int zero_stage, std::int64_t activation
 void print_checkpoint_committed(const SaveResult& r, int step, int signal_lead_s) {
   std::string removed;
   for (const auto& p : r.removed) removed += (removed.empty() ? "; removed " : ", ") + std::filesystem::path(p).filename().string();
-  std::printf("meshrun-train: checkpoint committed: %s (%d shards, %s, %.3f s); latest = step-%d%s\n", r.path.c_str(),
-              r.files, mib(r.bytes_total).c_str(), r.seconds, step, removed.c_str());
-  if (r.seconds > signal_lead_s)
+  char async[96] = "";
+  if (r.background) std::snprintf(async, sizeof async, "; async: training waited %.3f s of it", r.stall_seconds);
+  std::printf("meshrun-train: checkpoint committed: %s (%d shards, %s, %.3f s); latest = step-%d%s%s\n", r.path.c_str(),
+              r.files, mib(r.bytes_total).c_str(), r.seconds, step, removed.c_str(), async);
+  if (!r.background && r.seconds > signal_lead_s)  // a signal's save is synchronous: this is its cost
     std::printf("meshrun-train: warning: this save took %.1f s, longer than checkpoint.signal_lead_s = %d s; a save "
                 "asked for by the signal may not finish before the time limit: raise checkpoint.signal_lead_s\n",
                 r.seconds, signal_lead_s);

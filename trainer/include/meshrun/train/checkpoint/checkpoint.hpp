@@ -17,6 +17,7 @@
 // CheckpointError (one line naming the file and the tensor or setting) on the ranks that found it.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,6 +38,8 @@ inline constexpr int kPreemptedExitCode = 75;
 
 struct SaveResult {
   int step = 0;
+  double stall_seconds = 0;         // what training waited for: preparing, the host copy, (sync) the write
+  bool background = false;          // the shard was written in a background thread (checkpoint.async)
   std::string path;                 // DIR/step-N
   std::int64_t bytes_rank = 0;      // this rank's shard file
   std::int64_t bytes_total = 0;     // every shard + the manifest (rank 0; 0 elsewhere)
@@ -60,6 +63,32 @@ struct CheckpointInfo {
 // The crash points of the save, in order, for the MESHRUN_CKPT_KILL / MESHRUN_CKPT_FAIL test hook
 // (described in src/checkpoint/fault_points.hpp).
 std::vector<std::string> crash_point_names();
+
+// A save in two halves, so that the write can overlap training (checkpoint.async, docs/trainer.md "Async
+// save"). start() is collective: rank 0 prepares step-N.tmp, every rank copies its state into a host staging
+// buffer (allocated once, reused; the only part training waits for) and writes its shard from it, in a
+// background thread when `background`, else before returning. ready() is collective and cheap: every rank's
+// write has ended. finish() is collective: waits for this rank's write, then the commit as above; a failure
+// anywhere is a CheckpointError on every rank, after rank 0 removed what the save wrote. The background thread
+// makes no MPI call. Destroying a saver waits for a write in flight (it is never dropped) but commits nothing.
+template <class T>
+class CheckpointSaver {
+ public:
+  CheckpointSaver(Trainer<T>& trainer, std::string dir, int keep, std::int64_t data_tokens, bool background);
+  ~CheckpointSaver();
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  void start(int step);
+  bool in_flight() const;
+  int step_in_flight() const;
+  bool ready();
+  SaveResult finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 // Collective over the trainer's world: writes DIR/step-N as described above and keeps the newest `keep`
 // complete checkpoints. If any rank fails to write, nothing is committed and every rank throws a
