@@ -48,7 +48,7 @@ const char* kPlanHelp =
     "exit status: 0 valid, 2 invalid input (reasons on stderr, nothing on stdout)\n";
 
 int fail(const std::string& msg) {
-  std::fprintf(stderr, "meshrun plan: %s\n", msg.c_str());
+  std::fprintf(stderr, "meshrun plan: %s\n", meshrun::cut_long_values(msg).c_str());
   return 2;
 }
 
@@ -143,7 +143,9 @@ int cmd_plan(int argc, char** argv) {
   }
   if (!problems.empty()) {
     std::string where = req.template_path.empty() ? "" : " (" + req.template_path + ")";
-    for (const auto& p : problems) std::fprintf(stderr, "meshrun plan: invalid layout%s: %s\n", where.c_str(), p.message.c_str());
+    for (const auto& p : problems)
+      std::fprintf(stderr, "meshrun plan: invalid layout%s: %s\n", cut_long_values(where).c_str(),
+                   cut_long_values(p.message).c_str());
     return 2;
   }
 
