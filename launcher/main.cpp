@@ -64,11 +64,13 @@ int main(int argc, char** argv) {
     try {
       return c.run(argc - 1, argv + 1);
     } catch (const std::bad_alloc&) {
+      const bool topo = name == "topo";
       std::fprintf(stderr,
                    "meshrun %s: out of memory (std::bad_alloc) building the output; the input asks for more than "
-                   "this machine can hold: lower the sizes it gives (cluster.nodes, cluster.gpus_per_node, "
-                   "training.global_batch_size) or raise the memory limit\n",
-                   c.name);
+                   "this machine can hold: %s or raise the memory limit\n",
+                   c.name,
+                   topo ? "check the topology XML (--xml), it describes more objects than a node has,"
+                        : "lower the sizes it gives (cluster.nodes, cluster.gpus_per_node, training.global_batch_size)");
       return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "meshrun %s: %s\n", c.name, meshrun::cut_long_values(e.what()).c_str());
