@@ -51,7 +51,7 @@ const char* kExecHelp =
     "exit status: COMMAND's; 2 bad input (one line on stderr), nothing is run then\n";
 
 int fail(const std::string& msg) {
-  std::fprintf(stderr, "meshrun exec: %s\n", msg.c_str());
+  std::fprintf(stderr, "meshrun exec: %s\n", meshrun::cut_long_values(msg).c_str());
   return 2;
 }
 
@@ -222,13 +222,13 @@ int cmd_exec(int argc, char** argv) {
   }
 
   if (ctx.rank == 0)
-    for (const auto& w : task.warnings) std::fprintf(stderr, "meshrun exec: warning: %s\n", w.c_str());
+    for (const auto& w : task.warnings) std::fprintf(stderr, "meshrun exec: warning: %s\n", meshrun::cut_long_values(w).c_str());
   // Multi-node NVLink needs an IMEX channel on the node the task runs on (checked before running; --print-env
   // only warns, it may run on a login node).
   std::string imex;
   if (const std::string* mnnvl = task.get("NCCL_MNNVL_ENABLE"); mnnvl && *mnnvl == "1") imex = imex_channel_problem();
   if (print_env) {
-    if (!imex.empty() && ctx.rank == 0) std::fprintf(stderr, "meshrun exec: warning: %s\n", imex.c_str());
+    if (!imex.empty() && ctx.rank == 0) std::fprintf(stderr, "meshrun exec: warning: %s\n", meshrun::cut_long_values(imex).c_str());
     for (const auto& [k, v] : task.vars) std::printf("%s=%s\n", k.c_str(), v.c_str());
     return 0;
   }

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -48,7 +49,7 @@ const char* kPlanHelp =
     "exit status: 0 valid, 2 invalid input (reasons on stderr, nothing on stdout)\n";
 
 int fail(const std::string& msg) {
-  std::fprintf(stderr, "meshrun plan: %s\n", msg.c_str());
+  std::fprintf(stderr, "meshrun plan: %s\n", meshrun::cut_long_values(msg).c_str());
   return 2;
 }
 
@@ -143,7 +144,9 @@ int cmd_plan(int argc, char** argv) {
   }
   if (!problems.empty()) {
     std::string where = req.template_path.empty() ? "" : " (" + req.template_path + ")";
-    for (const auto& p : problems) std::fprintf(stderr, "meshrun plan: invalid layout%s: %s\n", where.c_str(), p.message.c_str());
+    for (const auto& p : problems)
+      std::fprintf(stderr, "meshrun plan: invalid layout%s: %s\n", cut_long_values(where).c_str(),
+                   cut_long_values(p.message).c_str());
     return 2;
   }
 
@@ -158,86 +161,99 @@ int cmd_plan(int argc, char** argv) {
   }
 #endif
 
-  // [schedule] The layout's pipeline schedule; validate() applied the schedule rule, so it generates.
-  std::optional<cli::ScheduleView> sched;
-  if (schedule) sched = cli::make_schedule_view(cfg.job, *layout);
-
-  RankMap map(*layout, cluster);
-  std::vector<std::string> warnings = layout_warnings(cfg.job, *layout, cluster);
-  const int network = static_cast<int>(Link::network);
-  if (GroupSummary tp = summarize_group(map, GroupKind::tp); tp.by_link[network] > 0)
-    warnings.push_back(std::to_string(tp.by_link[network]) + " of " + std::to_string(tp.count) +
-                       " TP groups cross the network with order " + layout->order.str() +
-                       "; put tp first in parallel.order");
-  if (layout->ep > 1) {
-    if (GroupSummary ep = summarize_group(map, GroupKind::ep); ep.by_link[network] > 0)
-      warnings.push_back("EP all-to-all crosses the network in " + std::to_string(ep.by_link[network]) + " of " +
-                         std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
-  }
-
-  cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, {}, {}};
-  // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.
-  NodeTopology node_topo;
-  if (!topology_xml.empty()) {
-    try {
-      TopologyRequest treq;
-      treq.xml_path = topology_xml;
-      treq.node_type = &cluster.type;
-      node_topo = load_topology(treq);
-    } catch (const TopologyError& e) {
-      return fail(std::string("--topology: ") + e.what());
+  // Everything below builds output whose size follows the input (a rank map row per GPU, a schedule slot per
+  // micro-batch and chunk); the limits keep it in memory, and an allocation that still fails is one line.
+  try {
+    // [schedule] The layout's pipeline schedule; validate() applied the schedule rule, so it generates.
+    std::optional<cli::ScheduleView> sched;
+    // Its size is checked before anything is generated (a 2^30 batch would otherwise grow to gigabytes).
+    if (schedule) {
+      if (std::string why = cli::schedule_view_problem(cfg, *layout); !why.empty()) return fail(why);
+      sched = cli::make_schedule_view(cfg.job, *layout);
     }
-    if (static_cast<int>(node_topo.gpus.size()) < cluster.gpus_per_node)
-      return fail("--topology " + topology_xml + " has " + std::to_string(node_topo.gpus.size()) +
-                  " GPU(s) but the cluster has " + std::to_string(cluster.gpus_per_node) +
-                  " per node; pass that node type's export or set cluster.gpus_per_node");
-    view.extra_columns = {"pci", "nic", "path", "numa", "cpus"};
-    view.extra_cells = [&node_topo](int local_rank) {
-      const RankDescription d = describe_rank(node_topo, local_rank);
-      return std::vector<std::string>{d.gpu_pci, d.nic.empty() ? "-" : d.nic, d.nic_level.empty() ? "-" : d.nic_level,
-                                      std::to_string(d.numa), d.cpus};
-    };
-  }
-  // [/topology]
 
-  if (format == "svg") {
-    // [svg]
-    render_svg(std::cout, map, cfg, sched ? &*sched : nullptr);
-    return 0;
-    // [/svg]
-  }
-  if (format == "json") {
-    std::string out;
-    out.reserve(size_t(map.world()) * 200 + 4096);
-    JsonWriter j(out);
-    j.begin_object();
-    cli::render_plan_json_body(j, view);
-    if (sched) {
-      j.key("schedule");
-      cli::render_schedule_json(j, *sched);
+    RankMap map(*layout, cluster);
+    std::vector<std::string> warnings = layout_warnings(cfg.job, *layout, cluster);
+    const int network = static_cast<int>(Link::network);
+    if (GroupSummary tp = summarize_group(map, GroupKind::tp); tp.by_link[network] > 0)
+      warnings.push_back(std::to_string(tp.by_link[network]) + " of " + std::to_string(tp.count) +
+                         " TP groups cross the network with order " + layout->order.str() +
+                         "; put tp first in parallel.order");
+    if (layout->ep > 1) {
+      if (GroupSummary ep = summarize_group(map, GroupKind::ep); ep.by_link[network] > 0)
+        warnings.push_back("EP all-to-all crosses the network in " + std::to_string(ep.by_link[network]) + " of " +
+                           std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
     }
+
+    cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, {}, {}};
+    // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.
+    NodeTopology node_topo;
+    if (!topology_xml.empty()) {
+      try {
+        TopologyRequest treq;
+        treq.xml_path = topology_xml;
+        treq.node_type = &cluster.type;
+        node_topo = load_topology(treq);
+      } catch (const TopologyError& e) {
+        return fail(std::string("--topology: ") + e.what());
+      }
+      if (static_cast<int>(node_topo.gpus.size()) < cluster.gpus_per_node)
+        return fail("--topology " + topology_xml + " has " + std::to_string(node_topo.gpus.size()) +
+                    " GPU(s) but the cluster has " + std::to_string(cluster.gpus_per_node) +
+                    " per node; pass that node type's export or set cluster.gpus_per_node");
+      view.extra_columns = {"pci", "nic", "path", "numa", "cpus"};
+      view.extra_cells = [&node_topo](int local_rank) {
+        const RankDescription d = describe_rank(node_topo, local_rank);
+        return std::vector<std::string>{d.gpu_pci, d.nic.empty() ? "-" : d.nic, d.nic_level.empty() ? "-" : d.nic_level,
+                                        std::to_string(d.numa), d.cpus};
+      };
+    }
+    // [/topology]
+
+    if (format == "svg") {
+      // [svg]
+      render_svg(std::cout, map, cfg, sched ? &*sched : nullptr);
+      return 0;
+      // [/svg]
+    }
+    if (format == "json") {
+      std::string out;
+      out.reserve(size_t(map.world()) * 200 + 4096);
+      JsonWriter j(out);
+      j.begin_object();
+      cli::render_plan_json_body(j, view);
+      if (sched) {
+        j.key("schedule");
+        cli::render_schedule_json(j, *sched);
+      }
+#ifdef MESHRUN_HAVE_PLANNER
+      if (estimate) {
+        j.key("estimate").raw(planner::estimate_json(*est));
+      }
+#endif
+      j.end_object();
+      out += '\n';
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      return 0;
+    }
+    std::ostringstream o;
+    cli::render_plan_table(o, view);
 #ifdef MESHRUN_HAVE_PLANNER
     if (estimate) {
-      j.key("estimate").raw(planner::estimate_json(*est));
+      o << "\n";
+      planner::print_estimate_table(o, *est);
     }
 #endif
-    j.end_object();
-    out += '\n';
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    if (sched) {
+      o << "\n";
+      cli::render_schedule_table(o, *sched);
+    }
+    std::fputs(o.str().c_str(), stdout);
     return 0;
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory (std::bad_alloc) building the plan of " + std::to_string(cluster.gpus()) +
+                " GPUs (cluster.nodes " + std::to_string(cluster.nodes) + " × cluster.gpus_per_node " +
+                std::to_string(cluster.gpus_per_node) + ")" + (schedule ? " with --schedule" : "") +
+                "; lower cluster.nodes or run where more memory is allowed");
   }
-  std::ostringstream o;
-  cli::render_plan_table(o, view);
-#ifdef MESHRUN_HAVE_PLANNER
-  if (estimate) {
-    o << "\n";
-    planner::print_estimate_table(o, *est);
-  }
-#endif
-  if (sched) {
-    o << "\n";
-    cli::render_schedule_table(o, *sched);
-  }
-  std::fputs(o.str().c_str(), stdout);
-  return 0;
 }

@@ -1,6 +1,8 @@
 // `meshrun`: a tiny dispatcher over one file per subcommand.
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string_view>
 
 #include "meshrun/bounded_file.hpp"
@@ -54,8 +56,27 @@ int main(int argc, char** argv) {
     std::printf("meshrun 0.1.0\n");
     return 0;
   }
-  for (const auto& c : kCommands)
-    if (name == c.name) return c.run(argc - 1, argv + 1);
+  for (const auto& c : kCommands) {
+    if (name != c.name) continue;
+    // The last line of defence: each command reports its own errors as one line and exit 2; anything that
+    // still escapes (an allocation that outgrew memory, an unexpected exception) is said here the same way,
+    // escaped so that input it echoes stays on one printable line, instead of std::terminate's abort.
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const std::bad_alloc&) {
+      const bool topo = name == "topo";
+      std::fprintf(stderr,
+                   "meshrun %s: out of memory (std::bad_alloc) building the output; the input asks for more than "
+                   "this machine can hold: %s or raise the memory limit\n",
+                   c.name,
+                   topo ? "check the topology XML (--xml), it describes more objects than a node has,"
+                        : "lower the sizes it gives (cluster.nodes, cluster.gpus_per_node, training.global_batch_size)");
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshrun %s: %s\n", c.name, meshrun::cut_long_values(e.what()).c_str());
+      return 2;
+    }
+  }
   std::fprintf(stderr, "meshrun: unknown command '%s'; run 'meshrun --help' for the list\n",
                meshrun::cut_value(argv[1]).c_str());
   return 2;

@@ -38,7 +38,14 @@ struct ScheduleView {
   ScheduleCosts costs;
   Timeline timeline;
 };
-// The layout must have passed validate() (which applies the schedule rule).
+// The view's size bound: micro-batches per step × pipeline chunks (pp·virtual_stages), each slot drawn as
+// its F, B and W and their transfers. 65,536 slots is a 2 MB table and a 21 MB SVG (llama3-70b: 256 slots);
+// the planner, the trainer and the plan without --schedule do not use it.
+inline constexpr int64_t kScheduleViewSlots = int64_t(1) << 16;
+// "" or the one-line problem when the view would be larger than kScheduleViewSlots, located at
+// training.global_batch_size's origin: checked before anything is generated.
+std::string schedule_view_problem(const Config& cfg, const Layout& layout);
+// The layout must have passed validate() (which applies the schedule rule) and schedule_view_problem().
 ScheduleView make_schedule_view(const JobConfig& job, const Layout& layout);
 // "F3", "BW3"; with virtual stages the chunk too: "F3c5".
 std::string action_label(const Action& a, int virtual_stages);

@@ -70,7 +70,8 @@ void make_template_absolute(spank_t sp, const PluginState& st, const StepShape& 
   const char* name = "_SLURM_SPANK_OPTION_meshrun_mesh_template";
   ::setenv(name, abs.c_str(), 1);
   if (spank_job_control_setenv(sp, name, abs.c_str(), 1) != ESPANK_SUCCESS)
-    slurm_info("meshrun: could not record the template's absolute path %s; steps resolve it again", abs.c_str());
+    slurm_info("meshrun: could not record the template's absolute path %s; steps resolve it again",
+               meshrun::cut_long_values(abs).c_str());
 }
 
 int alloc_init_post_opt(spank_t sp, PluginState& st) {
@@ -79,12 +80,12 @@ int alloc_init_post_opt(spank_t sp, PluginState& st) {
   bool known = false;
   JobGeometry geo;
   if (std::string why = add_own_submission_shape(&shape, &known, &geo); !why.empty()) {
-    slurm_error("meshrun: %s", why.c_str());
+    slurm_error("meshrun: %s", meshrun::cut_long_values(why).c_str());
     return -1;
   }
   if (!known && geo.nodes_min > 0 && geo.nodes_max > geo.nodes_min) {
     if (std::string why = check_node_range(st, shape, geo); !why.empty()) {
-      slurm_error("meshrun: %s", why.c_str());
+      slurm_error("meshrun: %s", meshrun::cut_long_values(why).c_str());
       return -1;
     }
   }

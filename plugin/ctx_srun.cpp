@@ -41,7 +41,7 @@ int srun_init_post_opt(spank_t, PluginState& st) {
     return -1;
   };
   if (std::string why = add_own_submission_shape(&shape, &known, nullptr, &st.opts); !why.empty()) {
-    slurm_error("meshrun: %s", why.c_str());
+    slurm_error("meshrun: %s", meshrun::cut_long_values(why).c_str());
     return refuse();
   }
   if (known && shape.gpus_per_node == 0) shape.gpus_per_node = gpus_per_node_from_env();
@@ -106,7 +106,7 @@ int srun_local_user_init(spank_t sp, PluginState& st) {
     const int group = st.opts.tp.value_or(1) * st.opts.cp.value_or(1) * st.opts.pp.value_or(1);
     TaskShape total;
     if (std::string why = het_shape_problem(st.het_seen, group, flags, &total); !why.empty()) {
-      slurm_error("meshrun: %s", why.c_str());
+      slurm_error("meshrun: %s", meshrun::cut_long_values(why).c_str());
       ::setenv(kStepRefused, "1", 1);
       return 0;
     }

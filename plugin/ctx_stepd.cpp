@@ -145,7 +145,7 @@ int stepd_task_init(spank_t sp, PluginState& st) {
   if (job_getenv(sp, kStepDryRun)) end_task("", 0);
   if (!st.deferred_error.empty()) {
     if (st.deferred_step_wide && job_getenv(sp, "SLURM_PROCID").value_or("0") != "0") {
-      slurm_info("meshrun: ending the task: %s (rank 0 prints it)", st.deferred_error.c_str());
+      slurm_info("meshrun: ending the task: %s (rank 0 prints it)", meshrun::cut_long_values(st.deferred_error).c_str());
       end_task("", 1);
     }
     end_task(st.deferred_error, 1);
@@ -173,7 +173,7 @@ int stepd_task_init(spank_t sp, PluginState& st) {
       end_task("meshrun: cannot set " + name + " for the task", 1);
   std::string error;
   if (!env.cpus.empty() && !apply_affinity(env.cpus, &error)) end_task(error, 1);
-  for (const auto& w : env.warnings) slurm_info("meshrun: %s", w.c_str());
+  for (const auto& w : env.warnings) slurm_info("meshrun: %s", meshrun::cut_long_values(w).c_str());
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   timespec cpu1{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);

@@ -38,7 +38,8 @@ void log_error_lines(const std::string& text) {
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     std::string line = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!line.empty()) slurm_error("%s", line.c_str());
+    // Each line escaped (cut_long_values): what it echoes cannot add lines or terminal sequences to the log.
+    if (!line.empty()) slurm_error("%s", meshrun::cut_long_values(line).c_str());
     if (end == std::string::npos) break;
     start = end + 1;
   }
@@ -56,7 +57,7 @@ int on_option(int val, const char* optarg, int remote) {
       st.bad_option = true;
       return 0;
     }
-    slurm_error("meshrun: %s", error.c_str());
+    slurm_error("meshrun: %s", meshrun::cut_long_values(error).c_str());
     return -1;
   } catch (...) {
     slurm_error("meshrun: internal error while parsing an option");
@@ -92,7 +93,7 @@ int guarded(const char* where, F&& f) {
   try {
     return f();
   } catch (const std::exception& e) {
-    slurm_error("meshrun: %s failed: %s", where, e.what());
+    slurm_error("meshrun: %s failed: %s", where, meshrun::cut_long_values(e.what()).c_str());
   } catch (...) {
     slurm_error("meshrun: %s failed with an unknown exception", where);
   }
@@ -116,9 +117,9 @@ extern "C" int slurm_spank_init(spank_t sp, int ac, char** av) {
       if (ctx == S_CTX_REMOTE) {
         st.deferred_error = "meshrun: " + error;
       } else if (ctx == S_CTX_JOB_SCRIPT) {
-        slurm_error("meshrun: %s", error.c_str());
+        slurm_error("meshrun: %s", meshrun::cut_long_values(error).c_str());
       } else {
-        slurm_error("meshrun: %s", error.c_str());
+        slurm_error("meshrun: %s", meshrun::cut_long_values(error).c_str());
         return -1;
       }
     }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string_view>
 
@@ -38,14 +40,85 @@ int open_regular(const std::string& path, const std::string& what, struct stat* 
 
 }  // namespace
 
-std::string cut_value(const std::string& value, size_t max_chars) {
-  if (value.size() <= max_chars) return value;
-  size_t end = max_chars;
-  while (end > 0 && (static_cast<unsigned char>(value[end]) & 0xC0) == 0x80) --end;  // keep UTF-8 whole
-  return value.substr(0, end) + "…";
+namespace {
+
+// The length of the valid UTF-8 sequence at s[i] (1-4), or 0 when the bytes there are not one (a stray
+// continuation byte, an overlong form, a surrogate, a code point above U+10FFFF, a truncated sequence).
+size_t utf8_length(std::string_view s, size_t i, uint32_t* code_point) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  if (c < 0x80) {
+    *code_point = c;
+    return 1;
+  }
+  size_t n = 0;
+  uint32_t cp = 0, min = 0;
+  if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F, min = 0x80;
+  else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F, min = 0x800;
+  else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07, min = 0x10000;
+  else return 0;
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(k) & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  *code_point = cp;
+  return n;
 }
 
-std::string cut_long_values(const std::string& m) {
+// Code points a terminal acts on or that reorder or break the displayed line: C1 controls (U+0080-009F,
+// e.g. U+009B is CSI), the line and paragraph separators, and the bidirectional overrides and isolates.
+bool invisible_control(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E || cp == 0x200F || cp == 0x061C;
+}
+
+// One piece of the printable form of s at i: the escape or the character itself; *consumed input bytes.
+std::string printable_piece(std::string_view s, size_t i, size_t* consumed) {
+  uint32_t cp = 0;
+  const size_t n = utf8_length(s, i, &cp);
+  char buf[12];
+  if (n == 0) {
+    *consumed = 1;
+    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i]));
+    return buf;
+  }
+  *consumed = n;
+  switch (cp) {
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    default: break;
+  }
+  if (cp < 0x20 || cp == 0x7F) {
+    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
+    return buf;
+  }
+  if (invisible_control(cp)) {
+    std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+    return buf;
+  }
+  return std::string(s.substr(i, n));
+}
+
+}  // namespace
+
+std::string cut_value(std::string_view value, size_t max_chars) {
+  std::string out;
+  out.reserve(std::min(value.size(), max_chars) + 4);
+  size_t i = 0;
+  while (i < value.size()) {
+    size_t consumed = 0;
+    std::string piece = printable_piece(value, i, &consumed);
+    if (out.size() + piece.size() > max_chars) return out + "…";
+    out += piece;
+    i += consumed;
+  }
+  return out;
+}
+
+std::string cut_long_values(std::string_view m) {
   std::string out;
   out.reserve(std::min(m.size(), size_t(4096)));
   size_t i = 0;
@@ -57,12 +130,12 @@ std::string cut_long_values(const std::string& m) {
       ++j;
     }
     if (j == i) {
-      out += m[i++];
+      size_t consumed = 0;
+      out += printable_piece(m, i, &consumed);  // a separator; \t and \n escaped
+      i += consumed;
       continue;
     }
-    const size_t len = j - i;
-    if (len > (path ? 200 : 60)) out += cut_value(m.substr(i, len), path ? 200 : 60);
-    else out.append(m, i, len);
+    out += cut_value(m.substr(i, j - i), path ? 200 : 60);
     i = j;
   }
   return out;

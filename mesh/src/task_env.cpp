@@ -27,11 +27,34 @@ const std::vector<std::string> kBuiltinAllow = {
     "CUBLASLT_*", "CUDNN_*", "UCX_*", "FI_*", "HF_*", "TRANSFORMERS_*", "TOKENIZERS_*", "WANDB_*", "TRITON_*",
     "TZ", "LANG", "LC_ALL"};
 // Variables that make a process load or run other code: never from a template, whatever the allow-list says.
+// Each allowed prefix above was audited against its library's documented variables (docs/topology.md, "Loader
+// variables", with the sources): a variable that names a library, plugin, program, Python module or a cache
+// of compiled code that is loaded again is listed here; only the site's env (trusted) may set one.
 const std::vector<std::string> kLoaderVars = {
+    // The dynamic loader, shells and interpreters (not allow-listed; listed so a site allow-list cannot open them).
     "LD_*", "DYLD_*", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
     "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "PERL5LIB", "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH",
-    "GLIBC_TUNABLES", "HOSTALIASES", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN",
-    "CUDA_INJECTION64_PATH", "MALLOC_CONF"};
+    "GLIBC_TUNABLES", "HOSTALIASES", "MALLOC_CONF",
+    // NCCL_*: plugin libraries, and the configuration file that can set them.
+    "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN", "NCCL_CONF_FILE",
+    // CUDA_*: the injection library, the driver's JIT cache (compiled kernels loaded again).
+    "CUDA_INJECTION64_PATH", "CUDA_CACHE_PATH",
+    // OMP_*: OMPT tool libraries (dlopen'ed by the OpenMP runtime).
+    "OMP_TOOL_LIBRARIES",
+    // UCX_*: the directory of loadable modules; the debugger command run on an error.
+    "UCX_MODULE_DIR", "UCX_GDB_COMMAND",
+    // FI_*: libfabric's DL provider directory.
+    "FI_PROVIDER_PATH",
+    // TRITON_*: programs and libraries Triton runs or loads, its kernel cache and override directories, and
+    // the Python classes it imports for its cache.
+    "TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH",
+    "TRITON_LIBCUDA_PATH", "TRITON_LIBDEVICE_PATH", "TRITON_HIP_LLD_PATH", "TRITON_CACHE_DIR", "TRITON_HOME",
+    "TRITON_OVERRIDE_DIR", "TRITON_CACHE_MANAGER", "TRITON_REMOTE_CACHE_BACKEND",
+    // TORCH_* / TORCHINDUCTOR_* / PYTORCH_*: C++ extensions built and loaded, torch.hub's code, Inductor's
+    // compiled-kernel cache, the jiterator's kernel cache.
+    "TORCH_EXTENSIONS_DIR", "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH",
+    // HF_*: the directory of downloaded model code that transformers puts on sys.path.
+    "HF_MODULES_CACHE"};
 // Variables meshrun computes per task; neither the site nor a template may set them.
 const std::vector<std::string> kComputed = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",

@@ -53,7 +53,27 @@ expect_ok "layers = 1024 over pp·virtual_stages = 2·512 chunks" \
   '[model]\nlayers = 1024\n[cluster]\ngpus_per_node = 2\n[parallel]\npp = 2\nvirtual_stages = 512\npipeline_schedule = "interleaved"\n[training]\nglobal_batch_size = 2\n'
 expect_ok "experts = 65536, ep = 2" '[model]\nexperts = 65536\ntop_k = 2\n[cluster]\ngpus_per_node = 2\n[parallel]\nep = 2\n'
 expect_ok "cp = 1024, seq_len = 16777216" '[cluster]\ngpus_per_node = 1024\n[parallel]\ncp = 1024\n[training]\nseq_len = 16777216\n'
+expect_ok "--schedule --format svg at 65536 micro-batch·chunk slots (8 dp × 65536)" \
+  '[training]\nglobal_batch_size = 524288\n' --schedule --format svg
+expect_ok "the rank map of 2^20 GPUs as JSON (the --schedule bound does not cap it)" \
+  '[cluster]\nnodes = 131072\ngpus_per_node = 8\n[training]\nglobal_batch_size = 1048576\n' --format json
 expect_ok "hostlist of 65536 hosts" '[cluster]\nhostlist = "n[00000-65535]"\ngpus_per_node = 1\n[training]\nglobal_batch_size = 65536\n'
+
+# An allocation that still fails (here the 2^20-GPU rank map under a 150 MB cap) is one line naming the sizes,
+# exit 2, not std::terminate's abort. Address-space caps do not apply to sanitizer builds: skipped there.
+if [ -z "${MESHRUN_SANITIZE:-}" ]; then
+  printf '[cluster]\nnodes = 131072\ngpus_per_node = 8\n[training]\nglobal_batch_size = 1048576\n' > "$tmp/big.toml"
+  (ulimit -v 150000 && exec timeout 20 env -i PATH="$PATH" "$bin" plan --no-site "$tmp/big.toml" --format json) \
+    > "$tmp/out" 2> "$tmp/err"
+  rc=$?
+  if [ "$rc" -ne 2 ] || [ -s "$tmp/out" ] || [ "$(wc -l < "$tmp/err")" -ne 1 ] ||
+     ! grep -q '^meshrun plan: out of memory (std::bad_alloc) building the plan of 1048576 GPUs (cluster.nodes 131072' "$tmp/err"; then
+    echo "FAIL bad_alloc under a 150 MB cap: rc=$rc stdout=$(wc -c < "$tmp/out")B stderr: $(head -c 600 "$tmp/err")"
+    failures=$((failures + 1))
+  else
+    echo "ok   bad_alloc under a 150 MB cap: $(cat "$tmp/err")"
+  fi
+fi
 
 echo "$failures failures"
 [ "$failures" -eq 0 ]

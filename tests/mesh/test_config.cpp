@@ -212,6 +212,37 @@ TEST_CASE("files from user input: regular files only, limits by kind, long value
   CHECK_THROWS_WITH(apply_set(cfg, "parallel.tp=" + huge), !Catch::Contains(std::string(61, 'x')));
 }
 
+TEST_CASE("cut_value makes untrusted text printable: control bytes and invalid UTF-8 escaped, UTF-8 kept", "[config]") {
+  using namespace std::string_literals;
+  CHECK(cut_value("a\nb") == "a\\nb");
+  CHECK(cut_value("\r\t") == "\\r\\t");
+  CHECK(cut_value("x\x1b[31mred\x07") == "x\\x1b[31mred\\x07");
+  CHECK(cut_value("nul\0end"s) == "nul\\x00end");
+  CHECK(cut_value("del\x7f") == "del\\x7f");
+  CHECK(cut_value("café … ✓ 𝄞") == "café … ✓ 𝄞");  // 2-, 3- and 4-byte UTF-8 kept
+  CHECK(cut_value("a\xff" "b") == "a\\xffb");                  // not UTF-8 at all
+  CHECK(cut_value("\x80") == "\\x80");                         // a stray continuation byte
+  CHECK(cut_value("\xc0\x80") == "\\xc0\\x80");                // overlong NUL
+  CHECK(cut_value("\xe0\x80\xaf") == "\\xe0\\x80\\xaf");       // overlong '/'
+  CHECK(cut_value("\xed\xa0\x80") == "\\xed\\xa0\\x80");       // a UTF-16 surrogate
+  CHECK(cut_value("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
+  CHECK(cut_value("\xe2\x80") == "\\xe2\\x80");                // truncated "…"
+  CHECK(cut_value("\xc2\x9b" "2J") == "\\u009b2J");            // C1 CSI encoded as UTF-8
+  CHECK(cut_value("abc\xe2\x80\xae" "cba") == "abc\\u202ecba");  // right-to-left override
+  CHECK(cut_value("back\\slash") == "back\\slash");             // a backslash is kept as is
+  // Cutting counts the escaped form and never splits an escape or a character.
+  CHECK(cut_value(std::string(58, 'x') + "\x1b", 60) == std::string(58, 'x') + "…");
+  CHECK(cut_value(std::string(59, 'x') + "é", 60) == std::string(59, 'x') + "…");
+  CHECK(cut_value(std::string(100, '\x1b')).size() == 15 * 4 + std::string("…").size());
+  // Over a whole message: one line, each value escaped, and a second pass changes nothing.
+  const std::string msg = "order 'tp\ndp\x1b[2J' in " + std::string(100, 'y') + "\xff: bad";
+  const std::string once = cut_long_values(msg);
+  CHECK(once == "order 'tp\\ndp\\x1b[2J' in " + std::string(60, 'y') + "…: bad");
+  CHECK(once.find('\n') == std::string::npos);
+  CHECK(cut_long_values(once) == once);
+  CHECK(cut_long_values("line one\nline two") == "line one\\nline two");
+}
+
 TEST_CASE("typed values: an option parsed to an integer is stored without a text round trip", "[config]") {
   Config cfg;
   apply_int(cfg, "parallel.tp", 4, Origin{SourceKind::flag, "--mesh-tp=4"});

@@ -56,6 +56,28 @@ TEST_CASE("bad layouts name the problem in --mesh-* terms") {
   CHECK(mentions(p, "ep=3 does not divide"));
 }
 
+// What the plugin logs in slurmstepd (root) is printable: a template string with a newline and ESC is echoed
+// escaped, each problem stays on its line (error_text joins problems with '\n', one per line).
+TEST_CASE("a template value with a newline and ESC is echoed escaped in the step plan's error") {
+  const std::string path = "meshrun-test-escape.toml";
+  std::ofstream(path) << "[parallel]\norder = \"tp-dp\\u001b[2J\\nx\"\n";
+  MeshOptions o;
+  o.template_file = path;
+  auto p = plan_step(o, {}, step(2, 8));
+  std::remove(path.c_str());
+  const std::string text = p.error_text();
+  INFO(text);
+  CHECK_FALSE(p.layout);
+  CHECK(mentions(p, "tp-dp\\x1b[2J\\nx"));
+  CHECK(text.find('\x1b') == std::string::npos);
+  for (size_t start = 0; start < text.size();) {  // every line is one "meshrun: " problem
+    CHECK(text.compare(start, 9, "meshrun: ") == 0);
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+}
+
 TEST_CASE("without a template the placeholder model is not checked") {
   // tp=8 does not divide the default model's 4 heads; that must not matter without a template.
   auto p = plan_step(opts(8, 1, 0), {}, step(1, 8));
@@ -158,7 +180,8 @@ TEST_CASE("dry run of a big step shows the first and last nodes only") {
 }
 
 // The reproducers of tests/mesh/robustness_cases.txt as the plugin reads them (--mesh-template): refused
-// with a line naming the key, never an abort. Cases that need --set are the CLI's.
+// with a line naming the key, never an abort. Cases that need --set or --schedule (the view's own bound) are
+// the CLI's.
 TEST_CASE("hostile templates are refused in the step plan, naming the key") {
   std::ifstream cases(MESHRUN_ROBUSTNESS_CASES);
   REQUIRE(cases);
@@ -174,7 +197,7 @@ TEST_CASE("hostile templates are refused in the step plan, naming the key") {
   for (std::string line; std::getline(cases, line);) {
     if (line.empty() || line[0] == '#') continue;
     std::string name = field(line), key = field(line), args = field(line), bytes = line.substr(1);
-    if (args.find("--set") != std::string::npos) continue;
+    if (args.find("--set") != std::string::npos || args.find("--schedule") != std::string::npos) continue;
     std::string text;  // printf %b: the cases use \n only
     for (size_t i = 0; i < bytes.size(); ++i) {
       if (bytes[i] == '\\' && i + 1 < bytes.size() && bytes[i + 1] == 'n') text += '\n', ++i;

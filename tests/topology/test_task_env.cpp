@@ -311,6 +311,50 @@ TEST_CASE("template env allow-list: loader variables and computed names are reje
   CHECK(check_extra_var("TORCH_NCCL_ASYNC_ERROR_HANDLING", EnvPolicy{}).empty());
 }
 
+// The loader-variable audit (docs/topology.md, "Loader variables"): every variable of an allow-listed prefix that
+// its library documents as loading a library, plugin, program, Python module or compiled-code cache is refused
+// from a template, also when the site's allow-list would let every name through; the rest of each prefix passes.
+TEST_CASE("template env: every audited loader variable is refused, its prefix's other variables pass") {
+  const char* blocked[] = {
+      "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN", "NCCL_CONF_FILE",
+      "CUDA_INJECTION64_PATH", "CUDA_CACHE_PATH", "OMP_TOOL_LIBRARIES", "UCX_MODULE_DIR", "UCX_GDB_COMMAND",
+      "FI_PROVIDER_PATH", "TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_CUOBJDUMP_PATH",
+      "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "TRITON_LIBDEVICE_PATH", "TRITON_HIP_LLD_PATH",
+      "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_OVERRIDE_DIR", "TRITON_CACHE_MANAGER",
+      "TRITON_REMOTE_CACHE_BACKEND", "TORCH_EXTENSIONS_DIR", "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR",
+      "PYTORCH_KERNEL_CACHE_PATH", "HF_MODULES_CACHE",
+      // and the loader/interpreter variables outside the allow-list, which a site allow-list cannot open
+      "LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "PATH", "PYTHONPATH", "PYTHONHOME",
+      "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "PERL5LIB",
+      "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH", "GLIBC_TUNABLES", "HOSTALIASES", "MALLOC_CONF"};
+  EnvPolicy open;
+  open.allow = {"*"};  // a site allow-list that lets every name through still cannot open these
+  for (const char* name : blocked) {
+    INFO(name);
+    CHECK_THAT(check_extra_var(name, EnvPolicy{}), Catch::Contains("makes tasks load or run other code"));
+    CHECK_THAT(check_extra_var(name, open), Catch::Contains("makes tasks load or run other code"));
+  }
+  // Negative: ordinary settings of the same prefixes still pass (the block is by name, not by prefix).
+  const char* allowed[] = {"NCCL_DEBUG", "NCCL_NET", "NCCL_SOCKET_NTHREADS", "CUDA_LAUNCH_BLOCKING",
+                           "CUDA_MODULE_LOADING", "OMP_NUM_THREADS", "OMP_PROC_BIND", "UCX_TLS", "UCX_NET_DEVICES",
+                           "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "TRITON_PRINT_AUTOTUNING", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                           "TORCH_CUDA_ARCH_LIST", "TORCHINDUCTOR_MAX_AUTOTUNE", "PYTORCH_CUDA_ALLOC_CONF",
+                           "HF_HOME", "HF_DATASETS_CACHE", "TRANSFORMERS_OFFLINE", "WANDB_MODE", "MKL_NUM_THREADS",
+                           "TZ"};
+  for (const char* name : allowed) {
+    INFO(name);
+    CHECK(check_extra_var(name, EnvPolicy{}).empty());
+  }
+  // Through compute_task_env, as the plugin and meshrun exec apply a template's [env].
+  const NodeTopology topo = load("dgx-h100.xml", "dgx-h100");
+  const Job j = job("dgx-h100", 1, 0, 8, 1, "dgx01");
+  CHECK_THROWS_WITH(compute_task_env(j.map(), task(0, 8, 8, "dgx01"), topo, GpuAllocation{}, open,
+                                     {{"OMP_TOOL_LIBRARIES", "/tmp/tool.so"}}),
+                    Catch::Contains("OMP_TOOL_LIBRARIES") && Catch::Contains("templates may never set it"));
+  CHECK(*compute_task_env(j.map(), task(0, 8, 8, "dgx01"), topo, GpuAllocation{}, EnvPolicy{},
+                          {{"UCX_TLS", "rc,sm"}}).get("UCX_TLS") == "rc,sm");
+}
+
 TEST_CASE("NCCL debug switches only when the user sets them and user NCCL_* wins with a note") {
   const NodeTopology topo = load("dgx-h100.xml", "dgx-h100");
   const Job j = job("dgx-h100", 1, 0, 8, 1, "dgx01");

@@ -2,7 +2,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <string>
+
+#include "meshrun/bounded_file.hpp"
 
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
@@ -24,6 +27,10 @@ std::string resolve(const std::string& path) {
   return latest;
 }
 
+// What a checkpoint says (tensor names, the layout's order, paths) is untrusted text: printed through
+// cut_value, so a name cannot send terminal escape sequences or split a line (docs/trainer.md).
+std::string shown(const std::string& text) { return meshrun::cut_value(text, 1024); }
+
 int inspect(const std::string& arg, bool verify) {
   using namespace meshrun::train;
   const std::string path = resolve(arg);
@@ -32,9 +39,10 @@ int inspect(const std::string& arg, bool verify) {
   for (const auto& e : std::filesystem::directory_iterator(path)) bytes += static_cast<std::int64_t>(e.file_size());
   for (const auto& [name, shape] : info.tensors) params += shape.at(0) * (shape.size() > 1 ? shape[1] : 1);
   std::printf("checkpoint %s\nstep %d, %lld samples consumed, %s\nlayout %s\n%d shard files, %.2f MiB on disk, %lld parameters\n",
-              path.c_str(), info.step, static_cast<long long>(info.consumed_samples), info.dtype.c_str(), info.layout_text.c_str(),
+              shown(path).c_str(), info.step, static_cast<long long>(info.consumed_samples), shown(info.dtype).c_str(),
+              shown(info.layout_text).c_str(),
               info.files, static_cast<double>(bytes) / (1024.0 * 1024.0), static_cast<long long>(params));
-  for (const auto& [name, shape] : info.tensors) std::printf("  %-48s %s\n", name.c_str(), shape_text(shape).c_str());
+  for (const auto& [name, shape] : info.tensors) std::printf("  %-48s %s\n", shown(name).c_str(), shape_text(shape).c_str());
   if (verify) std::printf("verified: %lld pieces (parameters, exp_avg, exp_avg_sq), sizes and hashes match the manifest\n",
                           static_cast<long long>(verify_checkpoint(path)));
   return 0;
@@ -53,13 +61,21 @@ int main(int argc, char** argv) {
     if (argc == 4 && !std::strcmp(argv[1], "export")) {
       const std::string path = resolve(argv[2]);
       const std::int64_t n = meshrun::train::export_checkpoint(path, argv[3]);
-      std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", argv[3], static_cast<long long>(n), path.c_str());
+      std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", shown(argv[3]).c_str(), static_cast<long long>(n),
+                  shown(path).c_str());
       return 0;
     }
     std::fputs(kUsage, stderr);
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "meshrun-ckpt: out of memory (std::bad_alloc) reading %s: its manifest or a shard header "
+                         "declares more than this machine can hold; check that it is a meshrun checkpoint, or run "
+                         "on a machine with more memory\n",
+                 argc >= 3 ? meshrun::cut_value(argv[2], 200).c_str() : "the checkpoint");
+    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshrun-ckpt: %s\n", e.what());
+    // The last line of defence: whatever a message echoes (a tensor name, a path) stays one printable line.
+    std::fprintf(stderr, "meshrun-ckpt: %s\n", meshrun::cut_long_values(e.what()).c_str());
     return 2;
   }
 }

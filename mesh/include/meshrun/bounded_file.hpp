@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace meshrun {
 
@@ -21,13 +22,24 @@ bool read_bounded_file(const std::string& path, size_t limit, const std::string&
 // Only the regular-file check (for files that are mapped or streamed, e.g. token files and safetensors).
 bool check_regular_file(const std::string& path, const std::string& what, std::string* error);
 
-// A value echoed in a message: at most 60 characters, then "…" (a 10,000-character value is not repeated).
-std::string cut_value(const std::string& value, size_t max_chars = 60);
+// Untrusted text (a value from a template, a flag, the environment, a file name, a checkpoint manifest)
+// made safe to echo in a one-line message, then cut: the one function every message that repeats input uses.
+//  - control bytes are escaped: \n \r \t by name, the others (ESC, NUL, DEL, ...) as \xNN ("\x1b"), so a
+//    value can neither split a message over lines nor send terminal escape sequences;
+//  - bytes that are not valid UTF-8 (a damaged header, a stray continuation byte, an overlong form, a
+//    surrogate) are escaped one by one as \xNN;
+//  - valid UTF-8 is kept ("é", "…"), except code points a terminal acts on or that reorder the line: C1
+//    controls U+0080..U+009F, U+2028/U+2029 and the bidirectional marks, overrides and isolates, as \uXXXX;
+//  - the result is at most max_chars bytes, then "…" (a 10,000-character value is not repeated); an escape
+//    or a UTF-8 character is never split. A backslash itself is kept as is.
+std::string cut_value(std::string_view value, size_t max_chars = 60);
 
-// The same over a whole message: every run of characters without a space, quote, comma, '=', ':', ';' or bracket that is
-// longer than 60 characters is cut to 60 and "…" (runs holding a '/' -- paths -- only beyond 200). The error
-// types of the core (ConfigError, TaskEnvError, TopologyError) apply it to every message, so a 10,000-character
-// value is never echoed back.
-std::string cut_long_values(const std::string& message);
+// The same over a whole message: every byte escaped as above (a '\n' in it becomes "\n"), and every run
+// of characters without a space, quote, comma, '=', ':', ';' or bracket that is longer than 60 characters
+// cut to 60 and "…" (runs holding a '/' -- paths -- only beyond 200). The error types of the core
+// (ConfigError, TaskEnvError, TopologyError) apply it to every message, and the command-line front ends
+// and the plugin to what they print, so a message is always one printable line. Applying it twice gives
+// the same text.
+std::string cut_long_values(std::string_view message);
 
 }  // namespace meshrun

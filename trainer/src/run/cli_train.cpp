@@ -498,16 +498,24 @@ int train_main(int argc, char** argv) {
   try {
     code = run(argc, argv, rank, world);
   } catch (const ConfigError& e) {
-    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", e.what());
+    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", cut_long_values(e.what()).c_str());
     code = 2;
   } catch (const InputError& e) {
-    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", e.what());
+    // Input errors echo file names, tensor names and values: escaped so each stays one printable line.
+    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", cut_long_values(e.what()).c_str());
     code = 2;
   } catch (const RunFailure& e) {  // every rank agreed (a failed save): one line, exit 1, no abort
-    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", e.what());
+    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", cut_long_values(e.what()).c_str());
     code = 1;
+  } catch (const std::bad_alloc&) {
+    // A size from the input (model, batch, a file's header) outgrew memory: one line and exit 2, not an abort.
+    std::fprintf(stderr, "meshrun-train: rank %d: out of memory (std::bad_alloc); the model, batch or a file it reads "
+                         "asks for more than this node can hold: lower model/training sizes or raise parallel.tp/pp/"
+                         "zero_stage, or run on nodes with more memory\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshrun-train: rank %d: %s\n", rank, e.what());
+    std::fprintf(stderr, "meshrun-train: rank %d: %s\n", rank, cut_long_values(e.what()).c_str());
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }

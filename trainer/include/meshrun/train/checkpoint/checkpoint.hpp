@@ -22,13 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/bounded_file.hpp"
 #include "meshrun/job.hpp"
 #include "meshrun/train/run/trainer.hpp"
 
 namespace meshrun::train {
 
+// Its message echoes paths, tensor names and values read from files: made printable and cut where it is built
+// (cut_long_values), so every reader prints one safe line.
 struct CheckpointError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit CheckpointError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
 };
 
 // 2: manifest_hash, lr_schedule and the shard-list/coverage cross-checks; version 1 still loads.

@@ -9,10 +9,13 @@
 #include <string_view>
 #include <vector>
 
+#include "meshrun/bounded_file.hpp"
+
 namespace meshrun::train {
 
+// Its message echoes names and values from the file: printable and cut where it is built (cut_long_values).
 struct SafetensorsError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit SafetensorsError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
 };
 
 struct TensorEntry {
