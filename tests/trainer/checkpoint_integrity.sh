@@ -136,6 +136,19 @@ if mount -t tmpfs -o size=14m meshrun-test "$DIR/small" 2>/dev/null; then
     -- "${RUN[@]}" --set training.steps=6 --set checkpoint.interval=2 --set checkpoint.keep=1 --set checkpoint.dir="$DIR/small/b" \
     --set checkpoint.on_error=stop
   grep -q "step     5/6" "$DIR/out" && bad "on_error = stop trained past the failure" || pass "no step after the failure"
+  # A signal's save that fails: status not-saved (the batch script does not requeue on it), exit 1.
+  rm -rf "$DIR/small/b" && fallocate -l 12m "$DIR/small/fill"
+  "${RUN[@]}" --set training.steps=400 --set checkpoint.dir="$DIR/small/c" --metrics "$DIR/c.jsonl" >"$DIR/c.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do [[ -f $DIR/c.jsonl && $(wc -l <"$DIR/c.jsonl") -ge 3 ]] && break; sleep 0.1; done
+  kill -USR1 "$pid"
+  wait "$pid"; rc=$?
+  read -r state at sig _ <"$DIR/small/c/status" 2>/dev/null
+  [[ $rc -eq 1 && $state == not-saved && $sig == USR1 ]] && pass "a failed save on USR1: exit 1, status not-saved $at USR1" ||
+    { bad "failed signal save: exit $rc, status '$(cat "$DIR/small/c/status" 2>/dev/null)'"; tail -3 "$DIR/c.out"; }
+  grep -q "stopped after step $at on SIGUSR1 without saving: checkpoint of step $at not saved: .*No space left on device" "$DIR/c.out" &&
+    pass "the log says why it was not saved" || bad "no 'without saving' line"
+  [[ -z $(ls -d "$DIR/small/c/"step-* 2>/dev/null) ]] && pass "no step-*.tmp left after the failed signal save" || bad "left: $(ls "$DIR/small/c")"
   umount "$DIR/small"
 else
   echo "skip the full-disk cases: mounting a tmpfs is not permitted here"

@@ -281,6 +281,7 @@ template <class T>
 SaveResult CheckpointSaver<T>::finish() {
   State& s = *s_;
   if (s.step < 0) throw std::logic_error("CheckpointSaver::finish without a save in flight");
+  const Clock::time_point finish_t0 = Clock::now();  // training waits for all of finish()
   if (s.writer.joinable()) s.writer.join();
   const int step = s.step;
   s.step = -1;
@@ -296,7 +297,6 @@ SaveResult CheckpointSaver<T>::finish() {
   res.path = final_dir.string();
   res.files = world.size();
   res.bytes_rank = s.bytes_rank;
-  res.stall_seconds = s.stall;
   res.background = s.background;
 
   // The descriptions (or a failure, marked '!') go to rank 0, which commits unless a rank failed.
@@ -394,6 +394,7 @@ SaveResult CheckpointSaver<T>::finish() {
     throw CheckpointError("checkpoint of step " + std::to_string(step) + " not saved: " + outcome[0]);
   }
   res.seconds = since(s.t0);
+  res.stall_seconds = s.stall + since(finish_t0);
   return res;
 }
 

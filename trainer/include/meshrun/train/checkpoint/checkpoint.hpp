@@ -41,7 +41,7 @@ inline constexpr int kPreemptedExitCode = 75;
 
 struct SaveResult {
   int step = 0;
-  double stall_seconds = 0;         // what training waited for: preparing, the host copy, (sync) the write
+  double stall_seconds = 0;         // what training waited for: start() (prepare, host copy; sync: the write) + finish()
   bool background = false;          // the shard was written in a background thread (checkpoint.async)
   std::string path;                 // DIR/step-N
   std::int64_t bytes_rank = 0;      // this rank's shard file
