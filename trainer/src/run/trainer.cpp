@@ -179,6 +179,11 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   if (const std::string why = check_schedule_spec(schedule_spec(cfg, l, geometry_)); !why.empty())
     throw std::invalid_argument(why);
   schedule_ = generate_schedule(schedule_spec(cfg, l, geometry_));
+  // The runtime executes the table as given and pairs transfers by their per-peer order: a table that fails
+  // the validator would hang or mis-pair, so it is refused before the first step (a bug in the generator).
+  if (const std::vector<std::string> problems = validate_schedule(schedule_); !problems.empty())
+    throw std::logic_error("the generated pipeline schedule is invalid (" + std::to_string(problems.size()) +
+                           " problems), first: " + problems.front());
   const auto peers = grid.ring_peers(rank, Axis::pp);
   runtime_ = std::make_unique<PipelineRuntime>(by_chunk, pp_, grid.index_in_group(peers.prev, GroupKind::pp),
                                                grid.index_in_group(peers.next, GroupKind::pp));
