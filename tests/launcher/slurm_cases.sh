@@ -158,11 +158,11 @@ SH
     [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
     for variant in "dp" "pp" "interleaved" "cp"; do
       case $variant in
-        dp) sets=() layout='layout tp=2 pp=1 dp=2 .* on 4 ranks' ;;
-        pp) sets=(--set parallel.pp=2) layout='layout tp=2 pp=2 dp=1 .* on 4 ranks' ;;
+        dp) sets=() layout='layout tp=2 cp=1 pp=1 dp=2 ep=1 .* on 4 ranks' ;;
+        pp) sets=(--set parallel.pp=2) layout='layout tp=2 cp=1 pp=2 dp=1 ep=1 .* on 4 ranks' ;;
         interleaved) sets=(--set parallel.pp=2 --set parallel.pipeline_schedule=interleaved --set parallel.virtual_stages=2)
           layout='pipeline interleaved, 2 stages × 2 virtual' ;;
-        cp) sets=(--set parallel.cp=2 --set training.seq_len=256) layout='layout tp=2 pp=1 dp=1 .* on 4 ranks' ;;
+        cp) sets=(--set parallel.cp=2 --set training.seq_len=256) layout='layout tp=2 cp=2 pp=1 dp=1 ep=1 .* on 4 ranks' ;;
       esac
       out=$(T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 \
         --set training.steps=3 "${sets[@]}" --output "$WORK/job-%j.out") || fail "meshrun sbatch ($variant) failed: $out"

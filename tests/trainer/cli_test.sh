@@ -60,6 +60,7 @@ then pass "interleaved losses equal pp = 1 losses"; else bad "interleaved losses
 expect 0 "step    10/10" "tiny.toml trains with cp = 2, seq_len 256" -- "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" \
   --set parallel.cp=2 --set training.seq_len=256 --set data.path="$DIR/corpus.bin" --set training.steps=10 \
   --metrics "$DIR/cp.jsonl"
+grep -q "layout tp=2 cp=2 pp=1 dp=1 ep=1 zero=" "$DIR/out" && pass "the header names every axis (cp = 2)" || bad "header: $(grep layout "$DIR/out")"
 cf=$(head -1 "$DIR/cp.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 cl=$(tail -1 "$DIR/cp.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 if awk -v a="$cf" -v b="$cl" 'BEGIN { exit !(b < a - 1.0) }'; then pass "cp = 2: loss falls visibly ($cf -> $cl)";

@@ -36,6 +36,7 @@ grep -q 'block_sparse_moe.experts.7.w2.weight' "$DIR/a.safetensors" && pass "the
 expect 0 "" "import on dp 2 x ep 2, ZeRO-3, export again" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATES/tiny-moe.toml" \
   --set data.path="$DIR/corpus.bin" --set parallel.ep=2 --set parallel.zero_stage=3 --set training.steps=0 \
   --set checkpoint.load="$DIR/a.safetensors" --set checkpoint.save="$DIR/b.safetensors"
+grep -q "layout tp=1 cp=1 pp=1 dp=2 ep=2 zero=3" "$DIR/out" && pass "the header names every axis (ep = 2)" || bad "header: $(grep layout "$DIR/out")"
 cmp -s "$DIR/a.safetensors" "$DIR/b.safetensors" && pass "export -> import -> export: identical bits" \
   || bad "the re-exported file differs from the original"
 

@@ -26,9 +26,9 @@ std::string mib(std::int64_t bytes) {
 
 void print_run_banner(const JobConfig& cfg, const Layout& layout, std::int64_t params, PipelineSchedule schedule,
                       std::int64_t microbatches) {
-  std::printf("meshrun-train: %s, %lld parameters, %s; layout tp=%d pp=%d dp=%d zero=%d sp=%s on %d ranks (%s)\n",
+  std::printf("meshrun-train: %s, %lld parameters, %s; layout tp=%d cp=%d pp=%d dp=%d ep=%d zero=%d sp=%s on %d ranks (%s)\n",
               cfg.model.name.c_str(), static_cast<long long>(params), cfg.training.dtype.c_str(),
-              layout.tp, layout.pp, layout.dp, layout.zero_stage, layout.sequence_parallel ? "on" : "off",
+              layout.tp, layout.cp, layout.pp, layout.dp, layout.ep, layout.zero_stage, layout.sequence_parallel ? "on" : "off",
               static_cast<int>(layout.world()), layout.order.str().c_str());
   if (layout.pp > 1)
     std::printf("meshrun-train: pipeline %s, %d stages × %d virtual, %lld micro-batches per step\n",
