@@ -6,7 +6,7 @@
 # For the 100M model, next to the same bytes moved by the system's tools: the save against `cp` of the shard
 # + `sync` of the copy (both start from page-cache-resident data and end with the bytes on disk), and the load
 # from a cold page cache (the shard's pages dropped with posix_fadvise(DONTNEED) after a sync) against a cold
-# `dd` of the shard (the faster of one before and one after the load); then a warm load (pages resident).
+# `dd` of the shard (medians of alternating rounds); then a warm load (pages resident).
 # Throughputs in MiB/s (2^20 bytes); save MiB/s counts the shard and the manifest.
 # usage: bench/checkpoint_bench.sh [BUILD_DIR]     (run from the repository root)
 set -eu
@@ -50,27 +50,30 @@ sync
 t0=$(now); cp "$shard" "$OUT/copy"; sync "$OUT/copy"; t1=$(now)
 cp_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
 rm -f "$OUT/copy"
-# cold reads of the shard (dd, 4 MiB blocks) before and after the cold load; the faster one is the reference
-# (on a VM a read can also be served by the host's cache, which favours whatever reads the bytes second)
+# ROUNDS (default 3) alternating rounds of a cold read of the shard (dd, 4 MiB blocks) and a cold load
+# (steps = 1 is already saved: the run only loads); medians of each. Alternating matters on a VM, where a
+# "cold" read can also be served by the host's cache, which favours whatever reads the bytes later.
 cold_read() {
   drop "$shard"
   local t0 t1
   t0=$(now); dd if="$shard" of=/dev/null bs=4M status=none; t1=$(now)
   awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'
 }
-read1_s=$(cold_read)
-# cold load, then warm load (steps = 1 is already saved: the runs only load)
-drop "$shard" "$OUT/100m/step-1/manifest.json"
-"$TRAIN" "${set100[@]}" >"$OUT/100m.load.log"
-cold_s=$(load_s "$OUT/100m.load.log")
-read2_s=$(cold_read)
-cat_s=$(awk -v a="$read1_s" -v b="$read2_s" 'BEGIN { print (a < b ? a : b) }')
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+reads="" loads=""
+for _ in $(seq "${ROUNDS:-3}"); do
+  reads="$reads $(cold_read)"
+  drop "$shard" "$OUT/100m/step-1/manifest.json"
+  "$TRAIN" "${set100[@]}" >"$OUT/100m.load.log"
+  loads="$loads $(load_s "$OUT/100m.load.log")"
+done
+cat_s=$(median <<<"$reads") cold_s=$(median <<<"$loads")
 "$TRAIN" "${set100[@]}" >"$OUT/100m.load2.log"
 warm_s=$(load_s "$OUT/100m.load2.log")
 save_r=$(mibs "$total" "$save_s") cp_r=$(mibs "$bytes" "$cp_s") cold_r=$(mibs "$bytes" "$cold_s") cat_r=$(mibs "$bytes" "$cat_s")
 printf '%-10s save: %s; %.2f MiB shard\n' 100m "$save" "$(awk -v b="$bytes" 'BEGIN { print b / 1048576 }')"
 printf '           save       %6s MiB/s (%s s) | cp + sync of the shard %6s MiB/s (%.3f s) | save / (cp + sync) = %s\n' \
   "$save_r" "$save_s" "$cp_r" "$cp_s" "$(ratio "$save_r" "$cp_r")"
-printf '           cold load  %6s MiB/s (%s s) | cold read of the shard %6s MiB/s (%.3f s; %.3f / %.3f s) | load / cold read  = %s\n' \
-  "$cold_r" "$cold_s" "$cat_r" "$cat_s" "$read1_s" "$read2_s" "$(ratio "$cold_r" "$cat_r")"
+printf '           cold load  %6s MiB/s (%.3f s) | cold read of the shard %6s MiB/s (%.3f s) | load / cold read  = %s   (medians; loads:%s s; reads:%s s)\n' \
+  "$cold_r" "$cold_s" "$cat_r" "$cat_s" "$(ratio "$cold_r" "$cat_r")" "$loads" "$reads"
 printf '           warm load  %6s MiB/s (%s s)\n' "$(mibs "$bytes" "$warm_s")" "$warm_s"
