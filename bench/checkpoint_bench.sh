@@ -3,21 +3,77 @@
 # (TP 2 × DP 2, ZeRO-1) and the 100.7M-parameter configuration on 1 rank, both fp32. Each: one training step,
 # then the end-of-run save (seconds and bytes as meshrun-train logs them after the commit), then a run that
 # resumes from it (load seconds, max over ranks); bytes per rank from the shard files.
+# For the 100M model, next to the same bytes moved by the system's tools: the save against `cp` of the shard
+# + `sync` of the copy (both start from page-cache-resident data and end with the bytes on disk), and the load
+# from a cold page cache (the shard's pages dropped with posix_fadvise(DONTNEED) after a sync) against a cold
+# `dd` of the shard (medians of alternating rounds); then a warm load (pages resident).
+# Throughputs in MiB/s (2^20 bytes); save MiB/s counts the shard and the manifest.
 # usage: bench/checkpoint_bench.sh [BUILD_DIR]     (run from the repository root)
 set -eu
 BUILD=${1:-build}
 TRAIN=$BUILD/trainer/meshrun-train
 OUT=$(mktemp -d /tmp/meshrun-ckpt-bench-XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
+# drop FILES...: write back, then evict the files' pages from the page cache (the next read goes to the disk)
+drop() {
+  sync
+  python3 -c 'import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$@"
+}
+now() { date +%s.%N; }
+mibs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.0f", b / 1048576 / s }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+save_line() { sed -n 's/.*checkpoint committed: .* (\([0-9]* shards, [0-9.]* MiB, [0-9.]* s\)).*/\1/p' "$1"; }
+load_s() { sed -n 's/.*loaded in \([0-9.]*\) s.*/\1/p' "$1"; }
 run() {  # NAME TEMPLATE ARGS...
   local name=$1 template=$2; shift 2
   ${LAUNCH:-} "$TRAIN" "$template" --set training.steps=1 --set checkpoint.dir="$OUT/$name" "$@" >"$OUT/$name.save.log"
   ${LAUNCH:-} "$TRAIN" "$template" --set training.steps=1 --set checkpoint.dir="$OUT/$name" "$@" >"$OUT/$name.load.log"
-  local save load files
-  save=$(sed -n 's/.*checkpoint committed: .* (\([0-9]* shards, [0-9.]* MiB, [0-9.]* s\)).*/\1/p' "$OUT/$name.save.log")
-  load=$(sed -n 's/.*loaded in \([0-9.]* s\).*/\1/p' "$OUT/$name.load.log")
+  local files
   files=$(stat -c '%s' "$OUT/$name"/step-1/rank-*.safetensors | awk '{ s += $1; if ($1 > m) m = $1 } END { printf "%.2f MiB max per rank", m / 1048576 }')
-  printf '%-10s save: %s; %s; restore: %s\n' "$name" "$save" "$files" "$load"
+  printf '%-10s save: %s; %s; restore: %s s\n' "$name" "$(save_line "$OUT/$name.save.log")" "$files" "$(load_s "$OUT/$name.load.log")"
 }
 LAUNCH="mpirun --oversubscribe --allow-run-as-root -np 4" run tiny templates/tiny.toml
-run 100m bench/trainer-100m.toml --set parallel.tp=1 --set parallel.dp=1
+
+# 100M on 1 rank.
+set100=(bench/trainer-100m.toml --set training.steps=1 --set checkpoint.dir="$OUT/100m" --set parallel.tp=1 --set parallel.dp=1)
+sync
+"$TRAIN" "${set100[@]}" >"$OUT/100m.save.log"
+shard=$OUT/100m/step-1/rank-00000.safetensors
+bytes=$(stat -c %s "$shard")
+total=$(( bytes + $(stat -c %s "$OUT/100m/step-1/manifest.json") ))
+save=$(save_line "$OUT/100m.save.log")
+save_s=$(sed 's/.*MiB, \([0-9.]*\) s/\1/' <<<"$save")
+# cp + sync: the shard is resident (just written), like the trainer's state; the copy is fsynced.
+sync
+t0=$(now); cp "$shard" "$OUT/copy"; sync "$OUT/copy"; t1=$(now)
+cp_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+rm -f "$OUT/copy"
+# ROUNDS (default 3) alternating rounds of a cold read of the shard (dd, 4 MiB blocks) and a cold load
+# (steps = 1 is already saved: the run only loads); medians of each. Alternating matters on a VM, where a
+# "cold" read can also be served by the host's cache, which favours whatever reads the bytes later.
+cold_read() {
+  drop "$shard"
+  local t0 t1
+  t0=$(now); dd if="$shard" of=/dev/null bs=4M status=none; t1=$(now)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'
+}
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+reads="" loads=""
+for _ in $(seq "${ROUNDS:-3}"); do
+  reads="$reads $(cold_read)"
+  drop "$shard" "$OUT/100m/step-1/manifest.json"
+  "$TRAIN" "${set100[@]}" >"$OUT/100m.load.log"
+  loads="$loads $(load_s "$OUT/100m.load.log")"
+done
+cat_s=$(median <<<"$reads") cold_s=$(median <<<"$loads")
+"$TRAIN" "${set100[@]}" >"$OUT/100m.load2.log"
+warm_s=$(load_s "$OUT/100m.load2.log")
+save_r=$(mibs "$total" "$save_s") cp_r=$(mibs "$bytes" "$cp_s") cold_r=$(mibs "$bytes" "$cold_s") cat_r=$(mibs "$bytes" "$cat_s")
+printf '%-10s save: %s; %.2f MiB shard\n' 100m "$save" "$(awk -v b="$bytes" 'BEGIN { print b / 1048576 }')"
+printf '           save       %6s MiB/s (%s s) | cp + sync of the shard %6s MiB/s (%.3f s) | save / (cp + sync) = %s\n' \
+  "$save_r" "$save_s" "$cp_r" "$cp_s" "$(ratio "$save_r" "$cp_r")"
+printf '           cold load  %6s MiB/s (%.3f s) | cold read of the shard %6s MiB/s (%.3f s) | load / cold read  = %s   (medians; loads:%s s; reads:%s s)\n' \
+  "$cold_r" "$cold_s" "$cat_r" "$cat_s" "$(ratio "$cold_r" "$cat_r")" "$loads" "$reads"
+printf '           warm load  %6s MiB/s (%s s)\n' "$(mibs "$bytes" "$warm_s")" "$warm_s"

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -20,30 +21,36 @@ using namespace ckpt;
 
 
 namespace {
-// Tensor `name` (kind k) in its global shape from the shards of a parsed manifest; readers are cached.
+// Tensor `name` (kind k) in its global shape from the shards of a parsed manifest into out (R × C elements,
+// not initialized: the coverage check proves every element was read); readers and buffers are reused.
 template <class T>
-std::vector<T> global_tensor(const Manifest& m, const std::string& name, int k,
-                             std::map<std::string, std::unique_ptr<ShardReader>>& readers) {
+void global_tensor(const Manifest& m, const std::string& name, int k, std::map<std::string, std::unique_ptr<ShardReader>>& readers,
+                   T* out, GrowBuffer<std::uint8_t>& seen_buf, GrowBuffer<T>& staging) {
   auto it = m.shapes.find(name);
   if (it == m.shapes.end()) throw CheckpointError(m.file + ": no tensor " + name);
   const std::int64_t R = it->second.at(0), C = it->second.size() > 1 ? it->second[1] : 1;
-  std::vector<T> out(static_cast<std::size_t>(R * C));
-  std::vector<std::uint8_t> seen(out.size(), 0);
+  const std::size_t numel = static_cast<std::size_t>(R * C);
+  std::uint8_t* seen = seen_buf.get(numel);
+  std::memset(seen, 0, numel);
   for (const ManifestFile& f : m.files) {
     const std::string fpath = (fs::path(m.path) / f.name).string();
     for (const ManifestPiece& p : f.pieces) {
       if (p.tensor != name || p.kind != k) continue;
       auto& reader = readers[f.name];
       if (!reader) reader = open_shard(m, f);
-      const std::vector<T> vals = decode<T>(reader->read(p.key, m.dtype, p.b - p.a, p.hash));
-      scatter_piece(p, vals.data(), 0, 0, R, C, out.data(), seen.data(), fpath);
+      place_piece(*reader, p, m.dtype, 0, 0, R, C, out, seen, staging, fpath);
     }
   }
-  const auto have = std::count(seen.begin(), seen.end(), 1);
-  if (have != static_cast<std::int64_t>(out.size()))
-    throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": the shards hold " + std::to_string(have) + " of " +
-                          std::to_string(out.size()) + " elements; the checkpoint is incomplete");
-  return out;
+  if (std::memchr(seen, 0, numel) == nullptr) return;  // every element read (seen holds 0 or 1)
+  const auto have = std::count(seen, seen + numel, 1);
+  throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": the shards hold " + std::to_string(have) + " of " +
+                        std::to_string(numel) + " elements; the checkpoint is incomplete");
+}
+
+std::size_t numel_of(const Manifest& m, const std::string& name) {
+  auto it = m.shapes.find(name);
+  if (it == m.shapes.end()) throw CheckpointError(m.file + ": no tensor " + name);
+  return static_cast<std::size_t>(it->second.at(0) * (it->second.size() > 1 ? it->second[1] : 1));
 }
 
 int kind_index(const std::string& kind) {
@@ -57,8 +64,13 @@ template <class T>
 std::vector<T> read_global_tensor(const std::string& path, const std::string& name, const std::string& kind) {
   const Manifest m = read_manifest(path);
   if (m.dtype != dtype_name<T>()) throw CheckpointError(m.file + ": holds " + m.dtype + " values");
+  const int k = kind_index(kind);
   std::map<std::string, std::unique_ptr<ShardReader>> readers;
-  return global_tensor<T>(m, name, kind_index(kind), readers);
+  GrowBuffer<std::uint8_t> seen;
+  GrowBuffer<T> staging;
+  std::vector<T> out(numel_of(m, name));
+  global_tensor<T>(m, name, k, readers, out.data(), seen, staging);
+  return out;
 }
 
 std::int64_t verify_checkpoint(const std::string& path) {
@@ -67,7 +79,7 @@ std::int64_t verify_checkpoint(const std::string& path) {
   for (const ManifestFile& f : m.files) {
     const std::unique_ptr<ShardReader> reader = open_shard(m, f);
     for (const ManifestPiece& p : f.pieces) {
-      (void)reader->read(p.key, m.dtype, p.b - p.a, p.hash);
+      reader->verify(p.key, m.dtype, p.b - p.a, p.hash);
       ++n;
     }
   }
@@ -97,15 +109,20 @@ std::int64_t export_checkpoint(const std::string& path, const std::string& out) 
   try {
     write_all(fd, len, 8, tmp);
     write_all(fd, h.data(), h.size(), tmp);
-    for (const std::string& name : m.order) {  // one tensor in memory at a time
-      if (es == 8) {
-        const std::vector<double> v = global_tensor<double>(m, name, 0, readers);
-        write_all(fd, v.data(), v.size() * 8, tmp);
-      } else {
-        const std::vector<float> v = global_tensor<float>(m, name, 0, readers);
-        write_all(fd, v.data(), v.size() * 4, tmp);
+    // One tensor in memory at a time, in a buffer reused across tensors.
+    auto write_tensors = [&](auto tag) {
+      using T = decltype(tag);
+      GrowBuffer<T> buf, staging;
+      GrowBuffer<std::uint8_t> seen;
+      for (const std::string& name : m.order) {
+        const std::size_t numel = numel_of(m, name);
+        T* v = buf.get(numel);
+        global_tensor<T>(m, name, 0, readers, v, seen, staging);
+        write_all(fd, v, numel * sizeof(T), tmp);
       }
-    }
+    };
+    if (es == 8) write_tensors(double{});
+    else write_tensors(float{});
     if (::fsync(fd) != 0) throw CheckpointError("fsync of " + tmp + " failed: " + errno_text());
   } catch (...) {
     ::close(fd);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <xxhash.h>
+
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 #include "meshrun/train/model/params.hpp"
 
@@ -48,18 +50,78 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   fsync_path(fs::path(path).parent_path().string(), true);
 }
 
-std::uint64_t hash_bytes(const void* data, std::size_t n) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  std::uint64_t h = 0x6a09e667f3bcc908ULL;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+void pread_all(int fd, void* dst, std::size_t n, off_t offset, const std::string& path, const std::string& what) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw CheckpointError(path + ": tensor " + what + ": read failed (" + errno_text() + ")");
+    if (r == 0) throw CheckpointError(path + ": tensor " + what + ": the shard ends early (short read); restore it or resume from an older step");
+    p += r;
+    offset += r;
+    n -= static_cast<std::size_t>(r);
+  }
+}
+
+std::uint64_t hash_bytes_xxh3(const void* data, std::size_t n) { return XXH3_64bits(data, n); }
+
+namespace {
+std::uint64_t legacy_words(std::uint64_t h, const unsigned char* p, std::size_t n) {
+  for (std::size_t i = 0; i + 8 <= n; i += 8) {
     std::uint64_t w;
     std::memcpy(&w, p + i, 8);
     h = mix64(h ^ w);
   }
+  return h;
+}
+std::uint64_t legacy_tail(const unsigned char* p, std::size_t n) {  // n < 8 bytes, little-endian
   std::uint64_t tail = 0;
-  for (std::size_t j = 0; i + j < n; ++j) tail |= static_cast<std::uint64_t>(p[i + j]) << (8 * j);
-  return mix64(mix64(h ^ tail) ^ static_cast<std::uint64_t>(n));
+  for (std::size_t j = 0; j < n; ++j) tail |= static_cast<std::uint64_t>(p[j]) << (8 * j);
+  return tail;
+}
+constexpr std::uint64_t kLegacySeed = 0x6a09e667f3bcc908ULL;
+}  // namespace
+
+std::uint64_t hash_bytes_legacy_splitmix64(const void* data, std::size_t n) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  const std::uint64_t h = legacy_words(kLegacySeed, p, n);
+  const std::size_t full = n & ~std::size_t{7};
+  return mix64(mix64(h ^ legacy_tail(p + full, n - full)) ^ static_cast<std::uint64_t>(n));
+}
+
+PieceHasher::PieceHasher(PieceHash algo) : algo_(algo), h_(kLegacySeed) {
+  if (algo_ == PieceHash::xxh3_64) {
+    XXH3_state_t* s = XXH3_createState();
+    if (s == nullptr || XXH3_64bits_reset(s) != XXH_OK) {
+      XXH3_freeState(s);
+      throw CheckpointError("cannot allocate an XXH3 hash state");
+    }
+    xxh_ = s;
+  }
+}
+
+PieceHasher::~PieceHasher() { XXH3_freeState(static_cast<XXH3_state_t*>(xxh_)); }
+
+void PieceHasher::update(const void* data, std::size_t n) {
+  if (n == 0) return;
+  if (algo_ == PieceHash::xxh3_64) {
+    if (XXH3_64bits_update(static_cast<XXH3_state_t*>(xxh_), data, n) != XXH_OK) throw CheckpointError("XXH3 update failed");
+    return;
+  }
+  if (closed_) throw CheckpointError("internal error: the legacy piece hash was fed after a part that is not a multiple of 8 bytes");
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  h_ = legacy_words(h_, p, n);
+  const std::size_t full = n & ~std::size_t{7};
+  if (full != n) {
+    tail_ = legacy_tail(p + full, n - full);
+    closed_ = true;
+  }
+  n_ += n;
+}
+
+std::uint64_t PieceHasher::digest() const {
+  if (algo_ == PieceHash::xxh3_64) return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(xxh_));
+  return mix64(mix64(h_ ^ tail_) ^ n_);
 }
 
 std::string hex64(std::uint64_t v) {

@@ -136,7 +136,7 @@ V field(const json& j, const std::string& key, const std::string& where, const s
 std::string manifest_digest(json root) {
   root.erase("manifest_hash");
   const std::string text = root.dump();
-  return hex64(hash_bytes(text.data(), text.size()));
+  return hex64(hash_bytes_legacy_splitmix64(text.data(), text.size()));  // (the pieces' hash is piece_hash's)
 }
 
 namespace {
@@ -241,9 +241,11 @@ void check_consistency(const Manifest& m) {
   check_coverage(m);
 }
 
-ShardReader::ShardReader(const std::string& path, std::int64_t expected_bytes, const std::string& first_tensor) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY);
+ShardReader::ShardReader(const std::string& path, std::int64_t expected_bytes, const std::string& first_tensor, PieceHash algo)
+    : path_(path), algo_(algo) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw CheckpointError(path + ": cannot open shard (" + errno_text() + "); the checkpoint is incomplete");
+  (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // pieces are read in file order: a larger readahead
   struct stat sb{};
   ::fstat(fd_, &sb);
   size_ = static_cast<std::int64_t>(sb.st_size);
@@ -288,7 +290,7 @@ ShardReader::ShardReader(const std::string& path, std::int64_t expected_bytes, c
 
 std::unique_ptr<ShardReader> open_shard(const Manifest& m, const ManifestFile& f) {
   const std::string fpath = (fs::path(m.path) / f.name).string();
-  auto reader = std::make_unique<ShardReader>(fpath, f.bytes, f.pieces.empty() ? "-" : f.pieces[0].key);
+  auto reader = std::make_unique<ShardReader>(fpath, f.bytes, f.pieces.empty() ? "-" : f.pieces[0].key, m.piece_hash);
   if (m.version >= 2) {  // the shard's own record of what it is (safetensors __metadata__)
     const auto& md = reader->metadata();
     auto get = [&](const char* k) {
@@ -307,7 +309,7 @@ ShardReader::~ShardReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::string ShardReader::read(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash) const {
+const ShardEntry& ShardReader::entry(const std::string& key, const std::string& dtype, std::int64_t numel) const {
   auto it = entries_.find(key);
   if (it == entries_.end()) throw CheckpointError(path_ + ": tensor " + key + " is listed in the manifest but missing from the shard");
   const ShardEntry& e = it->second;
@@ -318,12 +320,34 @@ std::string ShardReader::read(const std::string& key, const std::string& dtype, 
                           " but the manifest records " + dtype + " [" + std::to_string(numel) + "]");
   if (payload_ + e.end > static_cast<std::uint64_t>(size_))
     throw CheckpointError(path_ + ": tensor " + key + ": payload truncated");
-  std::string bytes(e.end - e.begin, '\0');
-  if (::pread(fd_, bytes.data(), bytes.size(), static_cast<off_t>(payload_ + e.begin)) != static_cast<ssize_t>(bytes.size()))
-    throw CheckpointError(path_ + ": tensor " + key + ": short read");
-  if (hex64(hash_bytes(bytes.data(), bytes.size())) != hash)
+  return e;
+}
+
+// Reads the piece in chunks (into dst, or through chunk_ when dst is null), hashing each chunk while it is
+// still in cache.
+void ShardReader::read_checked(const std::string& key, const ShardEntry& e, const std::string& hash, char* dst) const {
+  constexpr std::uint64_t kChunk = std::uint64_t{2} << 20;  // a multiple of 8 (the legacy hash's word)
+  const std::uint64_t total = e.end - e.begin;
+  char* buf = dst != nullptr ? nullptr : chunk_.get(static_cast<std::size_t>(std::min(total, kChunk)));
+  PieceHasher h(algo_);
+  for (std::uint64_t done = 0; done < total;) {
+    const std::size_t n = static_cast<std::size_t>(std::min(kChunk, total - done));
+    char* at = dst != nullptr ? dst + done : buf;
+    pread_all(fd_, at, n, static_cast<off_t>(payload_ + e.begin + done), path_, key);
+    h.update(at, n);
+    done += n;
+  }
+  if (hex64(h.digest()) != hash)
     throw CheckpointError(path_ + ": tensor " + key + ": contents do not match the manifest's hash (the shard was modified or damaged); restore it or resume from an older step");
-  return bytes;
+}
+
+void ShardReader::read_into(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash,
+                            void* dst) const {
+  read_checked(key, entry(key, dtype, numel), hash, static_cast<char*>(dst));
+}
+
+void ShardReader::verify(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash) const {
+  read_checked(key, entry(key, dtype, numel), hash, nullptr);
 }
 
 Manifest read_manifest(const std::string& path) {
@@ -341,6 +365,12 @@ Manifest read_manifest(const std::string& path) {
   m.step = field<int>(r, "step", "", m.file);
   m.dtype = field<std::string>(r, "dtype", "", m.file);
   if (m.dtype != "F32" && m.dtype != "F64") throw CheckpointError(m.file + ": dtype \"" + m.dtype + "\" is not F32 or F64");
+  if (r.contains(kPieceHashField)) {  // absent: a checkpoint written before the field, with legacy hashes
+    const std::string algo = field<std::string>(r, kPieceHashField, "", m.file);
+    if (algo != kPieceHashXxh3)
+      throw CheckpointError(m.file + ": piece_hash \"" + algo + "\" is not a hash this meshrun-train knows (\"" + kPieceHashXxh3 + "\")");
+    m.piece_hash = PieceHash::xxh3_64;
+  }
   for (const json& t : field<json>(r, "tensors", "", m.file)) {
     const std::string name = field<std::string>(t, "name", "tensors[].", m.file);
     const auto shape = field<std::vector<std::int64_t>>(t, "shape", "tensor " + name + ": ", m.file);

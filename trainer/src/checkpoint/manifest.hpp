@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshrun/job.hpp"
+#include "file_io.hpp"
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 
 namespace meshrun::train::ckpt {
@@ -53,6 +54,7 @@ struct Manifest {
   int version = 0;
   int step = 0;
   std::string dtype;
+  PieceHash piece_hash = PieceHash::legacy_splitmix64;  // "piece_hash"; absent: written before the field existed
   std::map<std::string, std::vector<std::int64_t>> shapes;
   std::vector<std::string> order;  // tensor names as listed
   std::vector<ManifestFile> files;
@@ -81,25 +83,51 @@ struct ShardEntry {
   std::uint64_t begin = 0, end = 0;
 };
 
+// A grow-only, uninitialized buffer (new T[n]: no zero fill), reused across pieces and units.
+template <class T>
+class GrowBuffer {
+ public:
+  T* get(std::size_t n) {
+    if (n > cap_) {
+      p_.reset(new T[n]);
+      cap_ = n;
+    }
+    return p_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> p_;
+  std::size_t cap_ = 0;
+};
+
 // One shard file, opened once: its size checked against the manifest's and its safetensors header parsed.
 class ShardReader {
  public:
-  ShardReader(const std::string& path, std::int64_t expected_bytes, const std::string& first_tensor);
+  ShardReader(const std::string& path, std::int64_t expected_bytes, const std::string& first_tensor, PieceHash algo);
   ~ShardReader();
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
 
-  // The bytes of piece `key`, checked against the manifest's dtype, element count and hash.
-  std::string read(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash) const;
+  // Reads piece `key` (numel values of `dtype`) straight into dst with pread, hashing the bytes as they
+  // arrive; its header entry is checked against the manifest's dtype and element count, its bytes against
+  // the manifest's hash (CheckpointError naming the file and the tensor).
+  void read_into(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash, void* dst) const;
+  // The same checks, the bytes streamed through a small reused buffer and dropped (meshrun-ckpt --verify).
+  void verify(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
+  const ShardEntry& entry(const std::string& key, const std::string& dtype, std::int64_t numel) const;
+  void read_checked(const std::string& key, const ShardEntry& e, const std::string& hash, char* dst) const;
+
   std::string path_;
   int fd_ = -1;
   std::int64_t size_ = 0;
   std::uint64_t payload_ = 0;
+  PieceHash algo_;
   std::map<std::string, ShardEntry> entries_;
   std::map<std::string, std::string> metadata_;
+  mutable GrowBuffer<char> chunk_;  // verify's buffer
 };
 
 // Opens shard f of manifest m and checks its header's step and rank against the manifest (format 2).
@@ -129,11 +157,25 @@ void scatter_piece(const ManifestPiece& p, const T* src, std::int64_t r0, std::i
 
 bool overlaps(const ManifestPiece& p, std::int64_t r0, std::int64_t c0, std::int64_t lr, std::int64_t lc);
 
+// Reads piece p into the destination block [r0, r0+lr) × [c0, c0+lc) (row-major at dst), marking `seen`
+// (an element seen twice is an error): when the piece's elements are one contiguous run of the block
+// (same columns, rows inside it) they are read straight into place; otherwise the whole piece is read
+// into `staging` (its hash covers all of it) and its overlap scattered.
 template <class T>
-std::vector<T> decode(const std::string& bytes) {
-  std::vector<T> v(bytes.size() / sizeof(T));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
-  return v;
+void place_piece(const ShardReader& reader, const ManifestPiece& p, const std::string& dtype, std::int64_t r0, std::int64_t c0,
+                 std::int64_t lr, std::int64_t lc, T* dst, std::uint8_t* seen, GrowBuffer<T>& staging, const std::string& file) {
+  const std::int64_t first_row = p.row0 + p.a / p.cols, last_row = p.row0 + (p.b - 1) / p.cols, n = p.b - p.a;
+  if (p.col0 == c0 && p.cols == lc && first_row >= r0 && last_row < r0 + lr) {
+    const std::int64_t d0 = (p.row0 - r0) * lc + p.a;  // element i of the piece lands at d0 + (i - a)
+    if (std::memchr(seen + d0, 1, static_cast<std::size_t>(n)) != nullptr)
+      throw CheckpointError(file + ": tensor " + p.key + ": an element is held by two pieces; the manifest is damaged");
+    reader.read_into(p.key, dtype, n, p.hash, dst + d0);
+    std::memset(seen + d0, 1, static_cast<std::size_t>(n));
+    return;
+  }
+  T* vals = staging.get(static_cast<std::size_t>(n));
+  reader.read_into(p.key, dtype, n, p.hash, vals);
+  scatter_piece(p, vals, r0, c0, lr, lc, dst, seen, file);
 }
 
 }  // namespace meshrun::train::ckpt

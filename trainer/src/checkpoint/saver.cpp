@@ -188,7 +188,7 @@ void CheckpointSaver<T>::State::write_shard() {
                         {"key", piece_key(t.name, p.kind)},
                         {"block", {t.row0, t.col0, t.local_rows, t.local_cols}},
                         {"range", {p.a, p.b}},
-                        {"hash", hex64(hash_bytes(src, bytes))}});
+                        {"hash", hex64(hash_bytes_xxh3(src, bytes))}});
         hook.at(step, rank, "shard");
       }
       if (::fsync(fd) != 0) throw CheckpointError("fsync of " + shard_path.string() + " failed: " + errno_text());
@@ -318,6 +318,7 @@ SaveResult CheckpointSaver<T>::finish() {
       m["step"] = step;
       m["consumed_samples"] = static_cast<std::int64_t>(step) * cfg.training.global_batch_size;
       m["dtype"] = dtype_name<T>();
+      m[kPieceHashField] = kPieceHashXxh3;
       m["layout"] = layout_json(tr.grid().layout(), cfg);
       json tensors = json::array();
       for (const Unit& u : tr.table().units)
