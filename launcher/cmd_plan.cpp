@@ -153,6 +153,9 @@ int cmd_plan(int argc, char** argv) {
 #ifdef MESHRUN_HAVE_PLANNER
   std::optional<planner::Estimate> est;
   if (estimate) {
+    // The planner simulates the layout's schedule: its size is checked first, as --schedule's is.
+    if (std::string why = planner::schedule_problem(cfg.job, *layout); !why.empty())
+      return fail(cli::at_batch_origin(cfg, why));
     try {
       est = planner::estimate(cfg.job);
     } catch (const ConfigError& e) {

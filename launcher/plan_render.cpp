@@ -220,22 +220,18 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   j.end_array();
 }
 
+std::string at_batch_origin(const Config& cfg, const std::string& why) {
+  if (why.empty()) return "";
+  const Origin origin = cfg.origin_of("training.global_batch_size");
+  return (origin.where.empty() ? std::string() : origin.where + ": ") + why;
+}
+
 std::string schedule_view_problem(const Config& cfg, const Layout& layout) {
   const TrainingSpec& t = cfg.job.training;
-  const int64_t per_micro = int64_t(layout.dp) * t.micro_batch_size;  // both ≤ limits, no overflow
-  const int64_t microbatches = per_micro > 0 ? t.global_batch_size / per_micro : 0;
-  const int64_t chunks = int64_t(layout.pp) * layout.virtual_stages;
-  const int64_t slots = limits::product({microbatches, chunks});
-  if (slots <= kScheduleViewSlots) return "";
-  const Origin origin = cfg.origin_of("training.global_batch_size");
-  return (origin.where.empty() ? std::string() : origin.where + ": ") + "training.global_batch_size = " +
-         std::to_string(t.global_batch_size) + " gives " + std::to_string(microbatches) +
-         " micro-batches per step (÷ dp " + std::to_string(layout.dp) + " × training.micro_batch_size " +
-         std::to_string(t.micro_batch_size) + ") over " + std::to_string(chunks) + " pipeline chunk" +
-         (chunks == 1 ? "" : "s") + ", " + std::to_string(slots) + " schedule slots; --schedule draws at most " +
-         std::to_string(kScheduleViewSlots) +
-         ": lower training.global_batch_size or raise training.micro_batch_size to see the schedule (the plan "
-         "without --schedule has no such limit)";
+  const std::string why = schedule_size_problem(t.global_batch_size, t.micro_batch_size, layout.dp, layout.pp,
+                                                layout.virtual_stages, "--schedule draws");
+  if (why.empty()) return "";
+  return at_batch_origin(cfg, why + " to see the schedule (the plan without --schedule has no such limit)");
 }
 
 ScheduleView make_schedule_view(const JobConfig& job, const Layout& layout) {

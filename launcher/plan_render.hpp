@@ -38,13 +38,12 @@ struct ScheduleView {
   ScheduleCosts costs;
   Timeline timeline;
 };
-// The view's size bound: micro-batches per step × pipeline chunks (pp·virtual_stages), each slot drawn as
-// its F, B and W and their transfers. 65,536 slots is a 2 MB table and a 21 MB SVG (llama3-70b: 256 slots);
-// the planner, the trainer and the plan without --schedule do not use it.
-inline constexpr int64_t kScheduleViewSlots = int64_t(1) << 16;
-// "" or the one-line problem when the view would be larger than kScheduleViewSlots, located at
-// training.global_batch_size's origin: checked before anything is generated.
+// "" or the one-line problem when the layout's schedule is larger than kMaxScheduleSlots (schedule.hpp:
+// micro-batches per step × pp·virtual_stages; mesh's schedule_size_problem(), the check the planner shares),
+// located at training.global_batch_size's origin. Checked before anything is generated.
 std::string schedule_view_problem(const Config& cfg, const Layout& layout);
+// `why` (a problem of training.global_batch_size) prefixed with that key's origin; "" stays "".
+std::string at_batch_origin(const Config& cfg, const std::string& why);
 // The layout must have passed validate() (which applies the schedule rule) and schedule_view_problem().
 ScheduleView make_schedule_view(const JobConfig& job, const Layout& layout);
 // "F3", "BW3"; with virtual stages the chunk too: "F3c5".

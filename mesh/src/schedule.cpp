@@ -7,7 +7,31 @@
 #include <stdexcept>
 #include <utility>
 
+#include "meshrun/limits.hpp"
+
 namespace meshrun {
+
+ScheduleSize schedule_size(int64_t global_batch, int64_t micro_batch_size, int64_t dp, int64_t pp,
+                           int64_t virtual_stages) {
+  ScheduleSize z;
+  const int64_t per_micro = limits::product({dp, micro_batch_size});
+  z.microbatches = per_micro > 0 ? global_batch / per_micro : 0;
+  z.chunks = limits::product({pp, virtual_stages});
+  z.slots = limits::product({z.microbatches, z.chunks});
+  return z;
+}
+
+std::string schedule_size_problem(int64_t global_batch, int64_t micro_batch_size, int64_t dp, int64_t pp,
+                                  int64_t virtual_stages, std::string_view who) {
+  const ScheduleSize z = schedule_size(global_batch, micro_batch_size, dp, pp, virtual_stages);
+  if (z.fits()) return "";
+  return "training.global_batch_size = " + std::to_string(global_batch) + " gives " + std::to_string(z.microbatches) +
+         " micro-batches per step (÷ dp " + std::to_string(dp) + " × training.micro_batch_size " +
+         std::to_string(micro_batch_size) + ") over " + std::to_string(z.chunks) + " pipeline chunk" +
+         (z.chunks == 1 ? "" : "s") + ", " + std::to_string(z.slots) + " schedule slots; " + std::string(who) +
+         " at most " + std::to_string(kMaxScheduleSlots) +
+         ": lower training.global_batch_size or raise training.micro_batch_size";
+}
 namespace {
 
 std::string s(int64_t v) { return std::to_string(v); }

@@ -104,6 +104,9 @@ struct Resolved {
   Hardware hardware;
 };
 Resolved resolve(const JobConfig& cfg);  // throws ConfigError
+// Whether the planner may cost this setting: pp = 1 (nothing simulated) or a schedule of at most
+// kMaxScheduleSlots slots (mesh's schedule_size()); schedule_problem() and the search's skip both ask it.
+bool schedule_within_bound(int64_t global_batch, int64_t micro_batch, int dp, int pp, int v);
 
 // Builds the public Estimate from a costed setting.
 Estimate make_estimate(const JobConfig& cfg, const Layout& layout, const Setting& s, const Hardware& hw,

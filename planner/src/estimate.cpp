@@ -93,7 +93,21 @@ Estimate make_estimate(const JobConfig& cfg, const Layout& layout, const Setting
   return e;
 }
 
+bool schedule_within_bound(int64_t global_batch, int64_t micro_batch, int dp, int pp, int v) {
+  return pp == 1 || schedule_size(global_batch, micro_batch, dp, pp, v).fits();
+}
+
 }  // namespace detail
+
+std::string schedule_problem(const JobConfig& cfg, const Layout& layout) {
+  const TrainingSpec& t = cfg.training;
+  if (detail::schedule_within_bound(t.global_batch_size, t.micro_batch_size, layout.dp, layout.pp,
+                                    layout.virtual_stages))
+    return "";
+  return schedule_size_problem(t.global_batch_size, t.micro_batch_size, layout.dp, layout.pp, layout.virtual_stages,
+                               "the planner simulates") +
+         " to estimate the step (the plan without --estimate has no such limit; --search skips such settings)";
+}
 
 Estimate estimate(const JobConfig& cfg) {
   using namespace detail;
@@ -103,6 +117,8 @@ Estimate estimate(const JobConfig& cfg) {
   if (!layout) throw ConfigError(problems.front().message);
   problems = validate(cfg, *layout, r.cluster);
   if (!problems.empty()) throw ConfigError(problems.front().message);
+  // The simulation's size, before anything is generated (meshrun plan checks it first, with the origin).
+  if (std::string why = schedule_problem(cfg, *layout); !why.empty()) throw ConfigError(why);
 
   Setting s;
   s.tp = layout->tp;

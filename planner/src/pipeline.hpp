@@ -34,7 +34,9 @@ struct PipelineRun {
 // 2·pp (3·pp interleaved) micro-batches, the peaks of those three table sizes are taken and, when their
 // two differences agree, extended linearly to m (else the table of m is built, counted by not_periodic).
 // Bubbles are always simulated on the table of m itself. tests/planner/test_pipeline.cpp compares the
-// extension with full tables. Not thread-safe: one per CostModel.
+// extension with full tables. Not thread-safe: one per CostModel. The table of m is as large as the step
+// (m × pp·V slots): the planner's callers ask only for pp = 1 or at most kMaxScheduleSlots slots
+// (schedule_within_bound(), cost.hpp), the bound of `meshrun plan --schedule`.
 class PipelineSims {
  public:
   static constexpr double kCostSteps = 256;

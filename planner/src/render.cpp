@@ -30,6 +30,7 @@ const char* drop_key(Drop d) {
     case Drop::batch_dp: return "batch_dp";
     case Drop::layers_pp: return "layers_pp";
     case Drop::microbatches: return "microbatches";
+    case Drop::schedule_size: return "schedule_size";
     case Drop::memory: return "memory";
     case Drop::validator: return "validator";
     case Drop::count_: break;
@@ -163,7 +164,15 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
       os << "  dropped " << r.dropped_settings[i] << " settings: " << drop_reason(Drop(i)) << "\n";
   }
   if (r.top.empty()) {
-    os << "  no setting fits: add GPUs, use GPUs with more memory, or shorten the sequence\n";
+    // Settings skipped for their schedule's length are not known not to fit: say so, not "add GPUs" alone.
+    if (const int64_t big = r.dropped_settings[int(Drop::schedule_size)]; big > 0) {
+      os << "  no setting left: " << big << " settings were skipped, their schedules over the " << kMaxScheduleSlots
+         << " micro-batch × chunk slots the planner simulates (lower training.global_batch_size to search them)";
+      if (const int64_t mem = r.dropped_settings[int(Drop::memory)]; mem > 0)
+        os << "; " << mem << " do not fit in GPU memory";
+      os << "\n";
+    } else
+      os << "  no setting fits: add GPUs, use GPUs with more memory, or shorten the sequence\n";
     return;
   }
   os << "   #  tp  cp  pp     dp  ep  schedule     v  mb  zero  recompute  mem GiB   step s  vs best  tok/s/GPU  "

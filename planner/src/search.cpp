@@ -8,6 +8,7 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <string>
 
 #include "cost.hpp"
 #include "meshrun/config.hpp"
@@ -22,6 +23,11 @@ const char* drop_reason(Drop d) {
     case Drop::batch_dp: return "global batch not divisible by dp";
     case Drop::layers_pp: return "layers cannot be split over pp·virtual_stages";
     case Drop::microbatches: return "too few micro-batches for the pipeline (< pp, or not a multiple of pp when interleaved)";
+    case Drop::schedule_size: {
+      static const std::string why = "schedule too long to simulate (micro-batches × pp·virtual_stages over " +
+                                     std::to_string(kMaxScheduleSlots) + " slots)";
+      return why.c_str();
+    }
     case Drop::memory: return "does not fit in GPU memory";
     case Drop::validator: return "rejected by the mesh validator";
     case Drop::count_: break;
@@ -172,6 +178,8 @@ SearchResult search(const JobConfig& cfg, int top_n) {
             for (const PipeChoice& pc : pipes) {
               // mesh's schedule rule (micro-batches against pp, interleaved's multiple of pp)
               if (!check_schedule_spec({pc.schedule, pp, pc.v, micro}).empty()) { drop(Drop::microbatches, per_pipe); continue; }
+              // The schedule bound --schedule and --estimate refuse at: this candidate is skipped, not the search.
+              if (!schedule_within_bound(t.global_batch_size, mb, dp, pp, pc.v)) { drop(Drop::schedule_size, per_pipe); continue; }
               for (int zero = 0; zero <= zero_max; ++zero)
                 for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
                   ++res.settings;

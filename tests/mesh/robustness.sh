@@ -57,7 +57,47 @@ expect_ok "--schedule --format svg at 65536 micro-batch·chunk slots (8 dp × 65
   '[training]\nglobal_batch_size = 524288\n' --schedule --format svg
 expect_ok "the rank map of 2^20 GPUs as JSON (the --schedule bound does not cap it)" \
   '[cluster]\nnodes = 131072\ngpus_per_node = 8\n[training]\nglobal_batch_size = 1048576\n' --format json
+expect_ok "--estimate at 65536 micro-batch·chunk slots (pp 2, 4 dp × 32768)" \
+  '[cluster]\nnode_type = "dgx-h100"\n[parallel]\npp = 2\n[training]\nglobal_batch_size = 131072\n' --estimate
+expect_ok "--estimate at pp = 1 and a 2^30 batch (nothing simulated, the bound does not apply)" \
+  '[cluster]\nnode_type = "dgx-h100"\n[training]\nglobal_batch_size = 1073741824\n' --estimate
 expect_ok "hostlist of 65536 hosts" '[cluster]\nhostlist = "n[00000-65535]"\ngpus_per_node = 1\n[training]\nglobal_batch_size = 65536\n'
+
+# Issue 31: the planner on the issue's 2^30 batch (llama3-70b: pp 4 × 2 virtual stages). --estimate is refused
+# in one line before anything is simulated (it ran 355 s to 23.5 GB, or ended in bad_alloc under this cap);
+# --search skips the settings over the bound and ranks the rest, or says that it skipped them all.
+# expect_plan NAME RC STDOUT-REGEX ARGS...: exit RC, stdout matching, stderr empty (RC 0) or one located line.
+llama=$(cd "$(dirname "$0")/../.." && pwd)/templates/llama3-70b.toml
+expect_plan() {
+  local name=$1 want=$2 pattern=$3
+  shift 3
+  run "$@"
+  local lines ok=1
+  lines=$(wc -l < "$tmp/err")
+  if [ "$want" -eq 0 ]; then
+    [ "$rc" -eq 0 ] && [ ! -s "$tmp/err" ] && grep -qE "$pattern" "$tmp/out" || ok=0
+  else
+    [ "$rc" -eq "$want" ] && [ ! -s "$tmp/out" ] && [ "$lines" -eq 1 ] && grep -qE "$pattern" "$tmp/err" || ok=0
+  fi
+  if [ "$ok" -eq 1 ]; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name: rc=$rc stdout=$(wc -c < "$tmp/out")B stderr ($lines lines): $(head -c 600 "$tmp/err")"
+    failures=$((failures + 1))
+  fi
+}
+expect_plan "llama3-70b --estimate at a 2^30 batch: one line at the --set" 2 \
+  '^meshrun plan: --set training.global_batch_size=1073741824: training.global_batch_size = 1073741824 gives 67108864 micro-batches per step .* 536870912 schedule slots; the planner simulates at most 65536' \
+  "$llama" --estimate --set training.global_batch_size=1073741824
+expect_plan "llama3-70b --estimate at 65536 slots (batch 131072) plans" 0 '^  throughput ' \
+  "$llama" --estimate --set training.global_batch_size=131072
+expect_plan "llama3-70b --search at a 2^30 batch skips settings over the bound, ranks the rest" 0 \
+  '^  dropped [0-9]+ settings: schedule too long to simulate .*over 65536 slots' \
+  "$llama" --search --set training.global_batch_size=1073741824
+grep -qE '^   1 ' "$tmp/out" || { echo "FAIL the 2^30 search ranks nothing"; failures=$((failures + 1)); }
+expect_plan "llama3-70b --search on 16 GPUs at a 2^30 batch: all skipped, and said so" 0 \
+  '^  no setting left: [0-9]+ settings were skipped, their schedules over the 65536 ' \
+  "$llama" --search --set cluster.nodes=2 --set training.global_batch_size=1073741824
 
 # An allocation that still fails (here the 2^20-GPU rank map under a 150 MB cap) is one line naming the sizes,
 # exit 2, not std::terminate's abort. Address-space caps do not apply to sanitizer builds: skipped there.

@@ -215,3 +215,49 @@ TEST_CASE("ring islands agree with the rank map's placement", "[planner][links]"
         }
   CHECK(checked > 40);
 }
+
+// Issue 31: the planner simulates the step's schedule table, micro-batches × pp·virtual_stages slots; past
+// kMaxScheduleSlots (the bound of `meshrun plan --schedule`) estimate() refuses in one line before anything is
+// generated and the search skips those settings, not the whole search. Before, a 2^30 batch grew to gigabytes.
+TEST_CASE("huge batches: estimate refuses past the schedule bound, the search skips those settings", "[planner][search]") {
+  // Table 4's 8K shape: dp 128, pp 16 × 8 virtual stages = 128 chunks.
+  JobConfig job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 512 * 128);  // 512 micro-batches: 65,536 slots
+  CHECK(meshrun::kMaxScheduleSlots == 65536);
+  CHECK_NOTHROW(estimate(job));  // at the bound
+  job.training.global_batch_size = (512 + 16) * 128;  // the next valid count (interleaved: a multiple of pp)
+  CHECK_THROWS_WITH(estimate(job), Catch::Contains("67584 schedule slots; the planner simulates at most 65536") &&
+                                       !Catch::Contains("\n"));
+  job.training.global_batch_size = int64_t(1) << 30;
+  CHECK_THROWS_WITH(estimate(job), Catch::Contains("gives 8388608 micro-batches per step"));
+  {  // at pp = 1 nothing is simulated: any batch is estimated
+    JobConfig flat = job;
+    flat.parallel.pp = 1, flat.parallel.virtual_stages = 1, flat.parallel.pipeline_schedule = "1f1b";
+    CHECK(estimate(flat).micro_batches == (int64_t(1) << 30) / 2048);
+  }
+
+  SearchResult r = search(job, 5);
+  CHECK(r.dropped_settings[int(Drop::schedule_size)] > 0);
+  REQUIRE(!r.top.empty());  // pp = 1 settings are still searched
+  check_returned(job, r);
+  for (const Estimate& e : r.top)
+    CHECK((e.layout.pp == 1 || int64_t(e.micro_batches) * e.layout.pp * e.layout.virtual_stages <= 65536));
+  int64_t dropped = 0;
+  for (int64_t d : r.dropped_settings) dropped += d;
+  CHECK(r.feasible + dropped == r.settings);
+  std::ostringstream table;
+  print_search_table(table, r);
+  CHECK(table.str().find("schedule too long to simulate (micro-batches × pp·virtual_stages over 65536 slots)") !=
+        std::string::npos);
+
+  // Where nothing is left and settings were skipped for their schedule, the table names them, not "add GPUs" alone.
+  JobConfig few = job;
+  few.cluster = testing::dgx("dgx-h100", 16);  // 405B at pp = 1 does not fit 16 GPUs
+  few.parallel.tp = 8, few.parallel.pp = 2, few.parallel.virtual_stages = 1, few.parallel.pipeline_schedule = "1f1b";
+  SearchResult none = search(few, 5);
+  CHECK(none.top.empty());
+  CHECK(none.dropped_settings[int(Drop::schedule_size)] > 0);
+  std::ostringstream text;
+  print_search_table(text, none);
+  CHECK(text.str().find("no setting left: ") != std::string::npos);
+  CHECK(text.str().find("lower training.global_batch_size to search them") != std::string::npos);
+}

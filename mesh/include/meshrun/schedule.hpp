@@ -69,6 +69,27 @@ struct ScheduleTable {
 inline int chunk_rank(int chunk, int pp) { return chunk % pp; }
 inline int chunk_virtual_stage(int chunk, int pp) { return chunk / pp; }
 
+// The size bound of every schedule meshrun generates or simulates outside the trainer: micro-batches per
+// step × pipeline chunks (pp·virtual_stages). `meshrun plan --schedule` draws every slot's F, B, W and
+// transfers; the planner (`--estimate`, `--search`) simulates the table. 65,536 slots is a 2 MB table and a
+// 21 MB SVG (llama3-70b: 256 slots); a 2^30 batch would otherwise grow to gigabytes. Checked before
+// anything is generated.
+inline constexpr int64_t kMaxScheduleSlots = int64_t(1) << 16;
+struct ScheduleSize {
+  int64_t microbatches = 0;  // global_batch ÷ (dp · micro_batch_size)
+  int64_t chunks = 0;        // pp · virtual_stages
+  int64_t slots = 0;         // their product, saturating
+  bool fits() const { return slots <= kMaxScheduleSlots; }
+};
+ScheduleSize schedule_size(int64_t global_batch, int64_t micro_batch_size, int64_t dp, int64_t pp,
+                           int64_t virtual_stages);
+// "" when the size is within kMaxScheduleSlots, else one line: "training.global_batch_size = N gives M
+// micro-batches per step (÷ dp D × training.micro_batch_size B) over C pipeline chunks, S schedule slots;
+// <who> at most 65536: lower training.global_batch_size or raise training.micro_batch_size". The one
+// check --schedule and the planner share; callers add the key's origin and their context.
+std::string schedule_size_problem(int64_t global_batch, int64_t micro_batch_size, int64_t dp, int64_t pp,
+                                  int64_t virtual_stages, std::string_view who);
+
 // One "<problem>; <fix>" line if the combination cannot be scheduled (e.g. virtual_stages > 1 without
 // interleaved, interleaved with V < 2 or m not a multiple of pp, m < pp), else "".
 std::string check_schedule_spec(const ScheduleSpec& spec);

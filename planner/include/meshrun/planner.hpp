@@ -84,8 +84,16 @@ struct Estimate {
 };
 
 // Estimate for the layout the config names. Throws meshrun::ConfigError (one line: problem; fix) when the
-// layout is invalid (mesh validator), a dtype or recompute/schedule name is unknown, or the GPU is unknown.
+// layout is invalid (mesh validator), a dtype or recompute/schedule name is unknown, the GPU is unknown, or
+// the schedule it would simulate is over kMaxScheduleSlots (schedule_problem(), checked first).
 Estimate estimate(const JobConfig& cfg);
+
+// "" or the one line why the planner does not estimate this layout: with pp > 1 the bubble is simulated on
+// the step's full schedule table, and micro-batches × pp·virtual_stages is over kMaxScheduleSlots (mesh's
+// schedule_size_problem(), the bound of `meshrun plan --schedule`). At pp = 1 nothing is simulated (live
+// slots come from short sample tables, pipeline.hpp), so any batch is estimated. The search skips such
+// settings (Drop::schedule_size) instead of refusing.
+std::string schedule_problem(const JobConfig& cfg, const Layout& layout);
 
 // Why candidates were dropped. The first five are decided per mesh shape (tp, cp, pp, dp), the rest per
 // setting. Virtual-stage counts that cannot split the layers are not enumerated.
@@ -96,6 +104,7 @@ enum class Drop {
   batch_dp,        // global batch not divisible by dp
   layers_pp,       // layers cannot be split over pp · virtual stages
   microbatches,    // fewer micro-batches than pipeline stages, or not a multiple of pp when interleaved
+  schedule_size,   // micro-batches × pp·virtual_stages over kMaxScheduleSlots (schedule.hpp): not simulated
   memory,          // does not fit in GPU memory
   validator,       // rejected by mesh's validate() (should stay 0: the search mirrors its rules)
   count_
