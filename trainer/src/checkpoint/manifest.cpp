@@ -136,7 +136,7 @@ V field(const json& j, const std::string& key, const std::string& where, const s
 std::string manifest_digest(json root) {
   root.erase("manifest_hash");
   const std::string text = root.dump();
-  return hex64(hash_bytes_legacy_splitmix64(text.data(), text.size()));  // (the pieces' hash is piece_hash's)
+  return hex64(hash_bytes_xxh3(text.data(), text.size()));
 }
 
 namespace {

@@ -383,6 +383,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
                      trainer.geometry().microbatches);
 
   RunCheckpoints<T> checkpoints{trainer, ck, *file, rank, SaveHistory{start > 0 ? start : -1}};
+  if (!ck.dir.empty()) checkpoints.saver.reserve();
   progress();
   set_watchdog_phase(WatchdogPhase::steps);  // from here on, steps are bounded
   for (int s = start; s < cfg.training.steps; ++s) {

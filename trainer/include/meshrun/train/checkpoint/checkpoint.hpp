@@ -82,6 +82,9 @@ class CheckpointSaver {
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
 
+  // Allocates and touches the staging buffer now (at start-up), so that no save, a signal's least of all,
+  // pays for first-touch page faults.
+  void reserve();
   void start(int step);
   bool in_flight() const;
   int step_in_flight() const;
