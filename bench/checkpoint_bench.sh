@@ -4,9 +4,10 @@
 # then the end-of-run save (seconds and bytes as meshrun-train logs them after the commit), then a run that
 # resumes from it (load seconds, max over ranks); bytes per rank from the shard files.
 # For the 100M model, next to the same bytes moved by the system's tools: the save against `cp` of the shard
-# + `sync` of the copy (both start from page-cache-resident data and end with the bytes on disk), and the load
+# + `sync` of the copy (both start from memory-resident data and end with the bytes on disk), and the load
 # from a cold page cache (the shard's pages dropped with posix_fadvise(DONTNEED) after a sync) against a cold
-# `dd` of the shard (medians of alternating rounds); then a warm load (pages resident).
+# `dd` of the shard (medians of alternating rounds); then a warm load (pages resident). Last, the step stall
+# of checkpoint.async against synchronous saves on the mid model.
 # Throughputs in MiB/s (2^20 bytes); save MiB/s counts the shard and the manifest.
 # usage: bench/checkpoint_bench.sh [BUILD_DIR]     (run from the repository root)
 set -eu
@@ -36,23 +37,12 @@ run() {  # NAME TEMPLATE ARGS...
 }
 LAUNCH="mpirun --oversubscribe --allow-run-as-root -np 4" run tiny templates/tiny.toml
 
-# 100M on 1 rank.
-set100=(bench/trainer-100m.toml --set training.steps=1 --set checkpoint.dir="$OUT/100m" --set parallel.tp=1 --set parallel.dp=1)
-sync
-"$TRAIN" "${set100[@]}" >"$OUT/100m.save.log"
+# 100M on 1 rank: ROUNDS (default 3) alternating rounds of (a) a fresh 1-step run and its end-of-run save,
+# (b) cp of that shard (first read back into the page cache, like the trainer's state in memory) + sync of
+# the copy, (c) a cold dd of the shard (pages dropped), (d) a cold load (a run that only resumes); medians of
+# each. Alternating matters on a VM, where a "cold" read can also be served by the host's cache.
+set100=(bench/trainer-100m.toml --set training.steps=1 --set parallel.tp=1 --set parallel.dp=1)
 shard=$OUT/100m/step-1/rank-00000.safetensors
-bytes=$(stat -c %s "$shard")
-total=$(( bytes + $(stat -c %s "$OUT/100m/step-1/manifest.json") ))
-save=$(save_line "$OUT/100m.save.log")
-save_s=$(sed 's/.*MiB, \([0-9.]*\) s/\1/' <<<"$save")
-# cp + sync: the shard is resident (just written), like the trainer's state; the copy is fsynced.
-sync
-t0=$(now); cp "$shard" "$OUT/copy"; sync "$OUT/copy"; t1=$(now)
-cp_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-rm -f "$OUT/copy"
-# ROUNDS (default 3) alternating rounds of a cold read of the shard (dd, 4 MiB blocks) and a cold load
-# (steps = 1 is already saved: the run only loads); medians of each. Alternating matters on a VM, where a
-# "cold" read can also be served by the host's cache, which favours whatever reads the bytes later.
 cold_read() {
   drop "$shard"
   local t0 t1
@@ -60,20 +50,51 @@ cold_read() {
   awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'
 }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-reads="" loads=""
+saves="" cps="" reads="" loads=""
 for _ in $(seq "${ROUNDS:-3}"); do
+  rm -rf "$OUT/100m"
+  sync
+  "$TRAIN" "${set100[@]}" --set checkpoint.dir="$OUT/100m" >"$OUT/100m.save.log"
+  saves="$saves $(save_line "$OUT/100m.save.log" | sed 's/.*MiB, \([0-9.]*\) s/\1/')"
+  cat "$shard" >/dev/null
+  sync
+  t0=$(now); cp "$shard" "$OUT/copy"; sync "$OUT/copy"; t1=$(now)
+  cps="$cps $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+  rm -f "$OUT/copy"
   reads="$reads $(cold_read)"
   drop "$shard" "$OUT/100m/step-1/manifest.json"
-  "$TRAIN" "${set100[@]}" >"$OUT/100m.load.log"
+  "$TRAIN" "${set100[@]}" --set checkpoint.dir="$OUT/100m" >"$OUT/100m.load.log"
   loads="$loads $(load_s "$OUT/100m.load.log")"
 done
-cat_s=$(median <<<"$reads") cold_s=$(median <<<"$loads")
-"$TRAIN" "${set100[@]}" >"$OUT/100m.load2.log"
+bytes=$(stat -c %s "$shard")
+total=$(( bytes + $(stat -c %s "$OUT/100m/step-1/manifest.json") ))
+save_s=$(median <<<"$saves") cp_s=$(median <<<"$cps") cat_s=$(median <<<"$reads") cold_s=$(median <<<"$loads")
+"$TRAIN" "${set100[@]}" --set checkpoint.dir="$OUT/100m" >"$OUT/100m.load2.log"
 warm_s=$(load_s "$OUT/100m.load2.log")
+staging=$(sed -n 's/.*checkpoint staging buffer: \([0-9.]* MiB\) on rank 0, allocated and touched in \([0-9.]* s\).*/\1 in \2/p' "$OUT/100m.save.log")
 save_r=$(mibs "$total" "$save_s") cp_r=$(mibs "$bytes" "$cp_s") cold_r=$(mibs "$bytes" "$cold_s") cat_r=$(mibs "$bytes" "$cat_s")
-printf '%-10s save: %s; %.2f MiB shard\n' 100m "$save" "$(awk -v b="$bytes" 'BEGIN { print b / 1048576 }')"
-printf '           save       %6s MiB/s (%s s) | cp + sync of the shard %6s MiB/s (%.3f s) | save / (cp + sync) = %s\n' \
-  "$save_r" "$save_s" "$cp_r" "$cp_s" "$(ratio "$save_r" "$cp_r")"
+printf '%-10s %.2f MiB shard; staging buffer at start-up: %s\n' 100m "$(awk -v b="$bytes" 'BEGIN { print b / 1048576 }')" "$staging"
+printf '           save       %6s MiB/s (%.3f s) | cp + sync of the shard %6s MiB/s (%.3f s) | save / (cp + sync) = %s   (medians; saves:%s s; cp:%s s)\n' \
+  "$save_r" "$save_s" "$cp_r" "$cp_s" "$(ratio "$save_r" "$cp_r")" "$saves" "$cps"
 printf '           cold load  %6s MiB/s (%.3f s) | cold read of the shard %6s MiB/s (%.3f s) | load / cold read  = %s   (medians; loads:%s s; reads:%s s)\n' \
   "$cold_r" "$cold_s" "$cat_r" "$cat_s" "$(ratio "$cold_r" "$cat_r")" "$loads" "$reads"
 printf '           warm load  %6s MiB/s (%s s)\n' "$(mibs "$bytes" "$warm_s")" "$warm_s"
+
+# Async save, mid model (bench/trainer-mid.toml, 1 rank, 8 steps saving every 2): what the steps waited for
+# each save, synchronous (the save's own time) against checkpoint.async (the host copy and the commit), and
+# each run's wall time (the async writes share the cores with training).
+for mode in false true; do
+  rm -rf "$OUT/mid-$mode"
+  t0=$(now)
+  "$TRAIN" bench/trainer-mid.toml --set training.steps=8 --set checkpoint.interval=2 --set checkpoint.dir="$OUT/mid-$mode" \
+    --set checkpoint.async=$mode >"$OUT/mid-$mode.log"
+  t1=$(now)
+  eval "wall_$mode=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
+done
+sync_waits=$(sed -n 's/.*checkpoint committed: .*MiB, \([0-9.]*\) s).*/\1/p' "$OUT/mid-false.log" | tr '\n' ' ')
+async_waits=$(sed -n 's/.*async: training waited \([0-9.]*\) s of it.*/\1/p' "$OUT/mid-true.log" | tr '\n' ' ')
+# The periodic saves (steps 2, 4, 6); the final save is waited for in both modes.
+sync_m=$(echo "$sync_waits" | awk '{ $NF = ""; print }' | median) async_m=$(echo "$async_waits" | awk '{ $NF = ""; print }' | median)
+printf 'mid async  the steps waited %.3f s per periodic save (async) against %.3f s (synchronous): %s   (saves, sync: %s s; async: %s s)\n' \
+  "$async_m" "$sync_m" "$(ratio "$async_m" "$sync_m")" "$sync_waits" "$async_waits"
+printf '           run wall time (8 steps, 4 saves): synchronous %s s, async %s s\n' "$wall_false" "$wall_true"

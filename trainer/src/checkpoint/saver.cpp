@@ -321,13 +321,14 @@ CheckpointSaver<T>::~CheckpointSaver() {
 }
 
 template <class T>
-void CheckpointSaver<T>::reserve() {
+std::size_t CheckpointSaver<T>::reserve() {
   std::string h;
   const std::size_t bytes = s_->layout(999999999, &h);  // the widest step number: the largest header
   s_->ensure_image(bytes, true);
   std::int64_t scratch = 0;  // the region a (unit, kind) whose pieces leave gaps is read through
   for (const Piece& p : s_->pieces) scratch = std::max(scratch, s_->tr.store().shard_len(p.unit));
   s_->scratch.resize(static_cast<std::size_t>(scratch));
+  return s_->image_cap + static_cast<std::size_t>(scratch) * sizeof(T);
 }
 
 template <class T>

@@ -83,8 +83,8 @@ class CheckpointSaver {
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
 
   // Allocates and touches the staging buffer now (at start-up), so that no save, a signal's least of all,
-  // pays for first-touch page faults.
-  void reserve();
+  // pays for first-touch page faults. Returns the bytes it holds.
+  std::size_t reserve();
   void start(int step);
   bool in_flight() const;
   int step_in_flight() const;
