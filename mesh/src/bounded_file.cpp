@@ -138,7 +138,24 @@ std::string cut_long_values(std::string_view m) {
     out += cut_value(m.substr(i, j - i), path ? 200 : 60);
     i = j;
   }
-  return out;
+  // Every value is cut, but a message made of many short values (each escaped up to 4× its bytes) can still
+  // grow without bound: the whole line is cut too, at a character or escape boundary.
+  constexpr size_t kMaxMessage = 1536;
+  if (out.size() <= kMaxMessage) return out;
+  size_t keep = 0;
+  for (size_t k = 0; k < out.size();) {
+    size_t len = 1;
+    const unsigned char c = static_cast<unsigned char>(out[k]);
+    if (c == '\\' && k + 1 < out.size()) len = out[k + 1] == 'x' ? 4 : out[k + 1] == 'u' ? 6 : 2;
+    else if (c >= 0xF0) len = 4;
+    else if (c >= 0xE0) len = 3;
+    else if (c >= 0xC0) len = 2;
+    if (k + len > kMaxMessage - 3) break;
+    k += len;
+    keep = k;
+  }
+  out.resize(keep);
+  return out + "…";
 }
 
 bool check_regular_file(const std::string& path, const std::string& what, std::string* error) {

@@ -241,6 +241,18 @@ TEST_CASE("cut_value makes untrusted text printable: control bytes and invalid U
   CHECK(once.find('\n') == std::string::npos);
   CHECK(cut_long_values(once) == once);
   CHECK(cut_long_values("line one\nline two") == "line one\\nline two");
+  // Many short values of bytes that are not UTF-8 (each escaped to 4 bytes; the fuzzer's regress-long-escaped-set):
+  // the whole line is cut at 1536 bytes, on an escape boundary, and stays the same on a second pass.
+  std::string many;
+  for (int i = 0; i < 300; ++i) many += "k\xef\xef\xef ";
+  const std::string capped = cut_long_values(many);
+  CHECK(capped.size() <= 1536);
+  CHECK(capped.size() >= 1500);
+  CHECK(capped.substr(capped.size() - 3) == "…");
+  const std::string kept = capped.substr(0, capped.size() - 3);
+  CHECK(kept.size() - kept.rfind('\\') >= 4);  // the last escape is whole
+  CHECK(cut_long_values(capped) == capped);
+  CHECK(cut_long_values(std::string(1000, 'a') + " short") == std::string(60, 'a') + "… short");  // a run is still cut first
 }
 
 TEST_CASE("typed values: an option parsed to an integer is stored without a text round trip", "[config]") {

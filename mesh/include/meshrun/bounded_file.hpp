@@ -38,8 +38,8 @@ std::string cut_value(std::string_view value, size_t max_chars = 60);
 // of characters without a space, quote, comma, '=', ':', ';' or bracket that is longer than 60 characters
 // cut to 60 and "…" (runs holding a '/' -- paths -- only beyond 200). The error types of the core
 // (ConfigError, TaskEnvError, TopologyError) apply it to every message, and the command-line front ends
-// and the plugin to what they print, so a message is always one printable line. Applying it twice gives
-// the same text.
+// and the plugin to what they print, so a message is always one printable line, and at most 1536 bytes (a
+// longer one is cut at a character or escape boundary and ends in "…"). Applying it twice gives the same text.
 std::string cut_long_values(std::string_view message);
 
 }  // namespace meshrun
