@@ -204,9 +204,9 @@ void check_consistency(const Manifest& m) {
       throw CheckpointError(m.file + ": the manifest's contents do not match its manifest_hash (it was edited or damaged)" + damaged);
   }
   if (m.step < 0) throw CheckpointError(m.file + ": step " + std::to_string(m.step) + " is negative" + damaged);
-  const std::string dir = fs::path(m.path).lexically_normal().filename().string() == ""
-                              ? fs::path(m.path).lexically_normal().parent_path().filename().string()
-                              : fs::path(m.path).lexically_normal().filename().string();
+  fs::path norm = fs::path(m.path).lexically_normal();
+  if (norm.filename().empty()) norm = norm.parent_path();  // "DIR/step-4/"
+  const std::string dir = norm.filename().string();
   if (dir.rfind("step-", 0) == 0 && dir.size() > 5 && dir.find_first_not_of("0123456789", 5) == std::string::npos &&
       dir != step_name(m.step))
     throw CheckpointError(m.file + ": step " + std::to_string(m.step) + " does not match the directory " + dir + damaged);

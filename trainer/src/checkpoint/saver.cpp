@@ -147,7 +147,7 @@ struct CheckpointSaver<T>::State {
   std::atomic<bool> written{false};
   std::string error;  // this rank's write failure
   json desc;          // this rank's file entry of the manifest
-  std::int64_t bytes_rank = 0;
+  double write_seconds = 0;  // write_shard's own time (the part async takes off the step)
 
   void write_shard();
   void copy_state();
@@ -254,6 +254,7 @@ void CheckpointSaver<T>::State::write_shard() {
   const std::string file = shard_name(rank);
   const fs::path shard_path = fs::path(dir) / (step_name(step) + ".tmp") / file;
   const std::string where = shard_path.string();
+  const Clock::time_point w0 = Clock::now();
   try {
     bool direct = true;
     int raw = ::open(shard_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
@@ -302,12 +303,12 @@ void CheckpointSaver<T>::State::write_shard() {
       throw CheckpointError("truncating " + where + " failed: " + errno_text());
     if (::fsync(fd) != 0) throw CheckpointError("fsync of " + where + " failed: " + errno_text());
     hook.at(step, rank, "shard-fsync");
-    bytes_rank = static_cast<std::int64_t>(image_bytes);
-    desc = {{"file", file}, {"rank", rank}, {"bytes", bytes_rank}, {"pieces", std::move(list)}};
+    desc = {{"file", file}, {"rank", rank}, {"bytes", image_bytes}, {"pieces", std::move(list)}};
   } catch (const std::exception& e) {
     desc = json();
     error = e.what();
   }
+  write_seconds = since(w0);
   written = true;
 }
 
@@ -415,7 +416,7 @@ SaveResult CheckpointSaver<T>::finish() {
   res.step = step;
   res.path = final_dir.string();
   res.files = world.size();
-  res.bytes_rank = s.bytes_rank;
+  res.bytes_rank = s.error.empty() ? static_cast<std::int64_t>(s.image_bytes) : 0;
   res.background = s.background;
 
   // The descriptions (or a failure, marked '!') go to rank 0, which commits unless a rank failed.
@@ -515,6 +516,7 @@ SaveResult CheckpointSaver<T>::finish() {
   }
   res.seconds = since(s.t0);
   res.stall_seconds = s.stall + since(finish_t0);
+  res.work_seconds = res.stall_seconds + (s.background ? s.write_seconds : 0.0);
   return res;
 }
 

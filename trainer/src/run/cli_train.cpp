@@ -258,7 +258,7 @@ struct RunCheckpoints {
     try {
       const SaveResult r = saver.finish();
       history.last_saved = step;
-      history.last_save_s = r.seconds;
+      history.last_save_s = r.work_seconds;  // a SIGTERM's save is synchronous: its cost, not async's overlap
       failures = 0;
       progress_after(r.seconds, 3);
       if (rank == 0) print_checkpoint_committed(r, step, ck.signal_lead_s);
@@ -388,7 +388,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     const std::size_t bytes = checkpoints.saver.reserve();
     if (rank == 0)
       std::printf("meshrun-train: checkpoint staging buffer: %.1f MiB on rank 0, allocated and touched in %.3f s (saves copy "
-                  "the state there, then write it with O_DIRECT)\n", static_cast<double>(bytes) / 1048576.0,
+                  "the state there, then write it, with O_DIRECT where the file system allows)\n", static_cast<double>(bytes) / 1048576.0,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   progress();

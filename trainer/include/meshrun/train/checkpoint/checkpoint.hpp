@@ -43,6 +43,7 @@ struct SaveResult {
   int step = 0;
   double stall_seconds = 0;         // what training waited for: start() (prepare, host copy; sync: the write) + finish()
   bool background = false;          // the shard was written in a background thread (checkpoint.async)
+  double work_seconds = 0;          // what the save costs when waited for: stall + the background write
   std::string path;                 // DIR/step-N
   std::int64_t bytes_rank = 0;      // this rank's shard file
   std::int64_t bytes_total = 0;     // every shard + the manifest (rank 0; 0 elsewhere)
