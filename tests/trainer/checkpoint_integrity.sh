@@ -105,6 +105,16 @@ for mode in sync async; do
 done
 [[ $(grep -c "checkpoint committed: .*; async: training waited" "$DIR/async.out") -eq 4 ]] && pass "async: 4 saves committed (steps 2, 4, 6, 8)" ||
   bad "async commits: $(grep -c 'checkpoint committed' "$DIR/async.out")"
+# checkpoint.keep = 2: the synchronous save removes before its line; async hands the removal to a thread
+# (the line says so), waited for by the next save and at exit: the same two checkpoints remain.
+grep -q "latest = step-6; removed step-2" "$DIR/sync.out" && grep -q "latest = step-8; removed step-4" "$DIR/sync.out" &&
+  pass "sync: the pruned checkpoints are named as removed" || bad "sync: no 'removed step-2/4'"
+grep -q "latest = step-6; removing step-2 in the background; async" "$DIR/async.out" &&
+  grep -q "latest = step-8; removing step-4 in the background; async" "$DIR/async.out" &&
+  pass "async: the pruned checkpoints are named as being removed in the background" || bad "async: no 'removing step-2/4 in the background'"
+[[ $(cd "$DIR/async" && ls -d step-* | tr '\n' ' ') == "step-6 step-8 " && $(cd "$DIR/sync" && ls -d step-* | tr '\n' ' ') == "step-6 step-8 " ]] &&
+  pass "async and sync: step-6 and step-8 remain after the runs (the background removal finished)" ||
+  bad "left: async $(ls "$DIR/async" | tr '\n' ' '); sync $(ls "$DIR/sync" | tr '\n' ' ')"
 [[ -n $(numbers "$DIR/sync.jsonl") && "$(numbers "$DIR/sync.jsonl")" == "$(numbers "$DIR/async.jsonl")" ]] &&
   pass "async: losses, grad norms and lr equal the synchronous run's bit for bit" || bad "async metrics differ"
 cmp -s "$DIR/sync.safetensors" "$DIR/async.safetensors" && pass "async: final weights identical" || bad "async final weights differ"

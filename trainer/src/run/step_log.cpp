@@ -63,7 +63,9 @@ void print_memory(const MemoryReport& m, int zero_stage, std::int64_t activation
 
 void print_checkpoint_committed(const SaveResult& r, int step, int signal_lead_s) {
   std::string removed;
-  for (const auto& p : r.removed) removed += (removed.empty() ? "; removed " : ", ") + std::filesystem::path(p).filename().string();
+  for (const auto& p : r.removed)
+    removed += (removed.empty() ? (r.removing_in_background ? "; removing " : "; removed ") : ", ") + std::filesystem::path(p).filename().string();
+  if (r.removing_in_background) removed += " in the background";
   char async[96] = "";
   if (r.background) std::snprintf(async, sizeof async, "; async: training waited %.3f s of it", r.stall_seconds);
   std::printf("meshrun-train: checkpoint committed: %s (%d shards, %s, %.3f s); latest = step-%d%s%s\n", r.path.c_str(),

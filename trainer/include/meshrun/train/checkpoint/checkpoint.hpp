@@ -50,6 +50,7 @@ struct SaveResult {
   int files = 0;                    // shard files
   double seconds = 0;               // wall time of the whole collective save
   std::vector<std::string> removed; // older checkpoints removed by checkpoint.keep (rank 0)
+  bool removing_in_background = false;  // async: `removed` are being removed by a thread (joined by the next save)
 };
 
 // What a checkpoint directory says about itself (manifest.json), without reading shards.
