@@ -6,7 +6,8 @@
 # For the 100M model, next to the same bytes moved by the system's tools: the save against `cp` of the shard
 # + `sync` of the copy (both start from memory-resident data and end with the bytes on disk), and the load
 # from a cold page cache (the shard's pages dropped with posix_fadvise(DONTNEED) after a sync) against a cold
-# `dd` of the shard (medians of alternating rounds); then a warm load (pages resident). Last, the step stall
+# `dd` of the shard (medians of alternating rounds); then a warm load (the shard read into the page cache
+# first: the loader reads those pages from there, and the rest with O_DIRECT). Last, the step stall
 # of checkpoint.async against synchronous saves on the mid model.
 # Throughputs in MiB/s (2^20 bytes); save MiB/s counts the shard and the manifest.
 # usage: bench/checkpoint_bench.sh [BUILD_DIR]     (run from the repository root)
@@ -37,7 +38,7 @@ run() {  # NAME TEMPLATE ARGS...
 }
 LAUNCH="mpirun --oversubscribe --allow-run-as-root -np 4" run tiny templates/tiny.toml
 
-# 100M on 1 rank: ROUNDS (default 3) alternating rounds of (a) a fresh 1-step run and its end-of-run save,
+# 100M on 1 rank: ROUNDS (default 5) alternating rounds of (a) a fresh 1-step run and its end-of-run save,
 # (b) cp of that shard (first read back into the page cache, like the trainer's state in memory) + sync of
 # the copy, (c) a cold dd of the shard (pages dropped), (d) a cold load (a run that only resumes); medians of
 # each. Alternating matters on a VM, where a "cold" read can also be served by the host's cache.
@@ -51,7 +52,7 @@ cold_read() {
 }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 saves="" cps="" reads="" loads=""
-for _ in $(seq "${ROUNDS:-3}"); do
+for _ in $(seq "${ROUNDS:-5}"); do
   rm -rf "$OUT/100m"
   sync
   "$TRAIN" "${set100[@]}" --set checkpoint.dir="$OUT/100m" >"$OUT/100m.save.log"
@@ -69,6 +70,7 @@ done
 bytes=$(stat -c %s "$shard")
 total=$(( bytes + $(stat -c %s "$OUT/100m/step-1/manifest.json") ))
 save_s=$(median <<<"$saves") cp_s=$(median <<<"$cps") cat_s=$(median <<<"$reads") cold_s=$(median <<<"$loads")
+cat "$shard" >/dev/null  # the cold loads read with O_DIRECT and leave nothing in the page cache
 "$TRAIN" "${set100[@]}" --set checkpoint.dir="$OUT/100m" >"$OUT/100m.load2.log"
 warm_s=$(load_s "$OUT/100m.load2.log")
 staging=$(sed -n 's/.*checkpoint staging buffer: \([0-9.]* MiB\) on rank 0, allocated and touched in \([0-9.]* s\).*/\1 in \2/p' "$OUT/100m.save.log")
@@ -80,21 +82,22 @@ printf '           cold load  %6s MiB/s (%.3f s) | cold read of the shard %6s Mi
   "$cold_r" "$cold_s" "$cat_r" "$cat_s" "$(ratio "$cold_r" "$cat_r")" "$loads" "$reads"
 printf '           warm load  %6s MiB/s (%s s)\n' "$(mibs "$bytes" "$warm_s")" "$warm_s"
 
-# Async save, mid model (bench/trainer-mid.toml, 1 rank, 8 steps saving every 2): what the steps waited for
+# Async save, mid model (bench/trainer-mid.toml, 1 rank, 16 steps saving every 2): what the steps waited for
 # each save, synchronous (the save's own time) against checkpoint.async (the host copy and the commit), and
 # each run's wall time (the async writes share the cores with training).
 for mode in false true; do
   rm -rf "$OUT/mid-$mode"
   t0=$(now)
-  "$TRAIN" bench/trainer-mid.toml --set training.steps=8 --set checkpoint.interval=2 --set checkpoint.dir="$OUT/mid-$mode" \
+  "$TRAIN" bench/trainer-mid.toml --set training.steps=16 --set checkpoint.interval=2 --set checkpoint.dir="$OUT/mid-$mode" \
     --set checkpoint.async=$mode >"$OUT/mid-$mode.log"
   t1=$(now)
   eval "wall_$mode=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
 done
 sync_waits=$(sed -n 's/.*checkpoint committed: .*MiB, \([0-9.]*\) s).*/\1/p' "$OUT/mid-false.log" | tr '\n' ' ')
 async_waits=$(sed -n 's/.*async: training waited \([0-9.]*\) s of it.*/\1/p' "$OUT/mid-true.log" | tr '\n' ' ')
-# The periodic saves (steps 2, 4, 6); the final save is waited for in both modes.
+# The periodic saves (steps 2, 4, ..., 14: seven, so that one slow save does not move the median); the final
+# save is waited for in both modes.
 sync_m=$(echo "$sync_waits" | awk '{ $NF = ""; print }' | median) async_m=$(echo "$async_waits" | awk '{ $NF = ""; print }' | median)
 printf 'mid async  the steps waited %.3f s per periodic save (async) against %.3f s (synchronous): %s   (saves, sync: %s s; async: %s s)\n' \
   "$async_m" "$sync_m" "$(ratio "$async_m" "$sync_m")" "$sync_waits" "$async_waits"
-printf '           run wall time (8 steps, 4 saves): synchronous %s s, async %s s\n' "$wall_false" "$wall_true"
+printf '           run wall time (16 steps, 8 saves): synchronous %s s, async %s s\n' "$wall_false" "$wall_true"

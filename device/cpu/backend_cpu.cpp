@@ -22,6 +22,7 @@ template <class T>
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return std::string("cpu-") + dtype_name(dtype_of<T>()); }
+  bool host_addressable() const override { return true; }
   Precision precision() const override { return Precision::cpu(dtype_of<T>() == DType::f64 ? "fp64" : "fp32"); }
 
   Buf alloc(std::int64_t n, DType t) override {

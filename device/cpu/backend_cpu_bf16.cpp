@@ -20,6 +20,7 @@ class CpuBf16Backend final : public Backend {
  public:
   CpuBf16Backend() : inner_(make_cpu_backend("fp32")) {}
   std::string name() const override { return "cpu-bf16"; }
+  bool host_addressable() const override { return true; }
   Precision precision() const override { return Precision::cpu("bf16"); }
 
   Buf alloc(std::int64_t n, DType t) override {

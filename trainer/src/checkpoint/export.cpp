@@ -22,29 +22,25 @@ using namespace ckpt;
 
 namespace {
 // Tensor `name` (kind k) in its global shape from the shards of a parsed manifest into out (R × C elements,
-// not initialized: the coverage check proves every element was read); readers and buffers are reused.
+// not initialized: every element is read, counted against the exact coverage read_manifest proved);
+// readers and buffers are reused.
 template <class T>
 void global_tensor(const Manifest& m, const std::string& name, int k, std::map<std::string, std::unique_ptr<ShardReader>>& readers,
-                   T* out, GrowBuffer<std::uint8_t>& seen_buf, GrowBuffer<T>& staging) {
+                   T* out, GrowBuffer<T>& staging) {
   auto it = m.shapes.find(name);
   if (it == m.shapes.end()) throw CheckpointError(m.file + ": no tensor " + name);
   const std::int64_t R = it->second.at(0), C = it->second.size() > 1 ? it->second[1] : 1;
-  const std::size_t numel = static_cast<std::size_t>(R * C);
-  std::uint8_t* seen = seen_buf.get(numel);
-  std::memset(seen, 0, numel);
-  for (const ManifestFile& f : m.files) {
-    const std::string fpath = (fs::path(m.path) / f.name).string();
+  std::int64_t placed = 0;
+  for (const ManifestFile& f : m.files)
     for (const ManifestPiece& p : f.pieces) {
       if (p.tensor != name || p.kind != k) continue;
       auto& reader = readers[f.name];
       if (!reader) reader = open_shard(m, f);
-      place_piece(*reader, p, m.dtype, 0, 0, R, C, out, seen, staging, fpath);
+      placed += place_piece(*reader, p, m.dtype, 0, 0, R, C, out, staging);
     }
-  }
-  if (std::memchr(seen, 0, numel) == nullptr) return;  // every element read (seen holds 0 or 1)
-  const auto have = std::count(seen, seen + numel, 1);
-  throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": the shards hold " + std::to_string(have) + " of " +
-                        std::to_string(numel) + " elements; the checkpoint is incomplete");
+  if (placed != R * C)
+    throw CheckpointError(m.file + ": tensor " + piece_key(name, k) + ": the shards hold " + std::to_string(placed) + " of " +
+                          std::to_string(R * C) + " elements; the checkpoint is incomplete");
 }
 
 std::size_t numel_of(const Manifest& m, const std::string& name) {
@@ -66,10 +62,9 @@ std::vector<T> read_global_tensor(const std::string& path, const std::string& na
   if (m.dtype != dtype_name<T>()) throw CheckpointError(m.file + ": holds " + m.dtype + " values");
   const int k = kind_index(kind);
   std::map<std::string, std::unique_ptr<ShardReader>> readers;
-  GrowBuffer<std::uint8_t> seen;
   GrowBuffer<T> staging;
   std::vector<T> out(numel_of(m, name));
-  global_tensor<T>(m, name, k, readers, out.data(), seen, staging);
+  global_tensor<T>(m, name, k, readers, out.data(), staging);
   return out;
 }
 
@@ -113,11 +108,10 @@ std::int64_t export_checkpoint(const std::string& path, const std::string& out) 
     auto write_tensors = [&](auto tag) {
       using T = decltype(tag);
       GrowBuffer<T> buf, staging;
-      GrowBuffer<std::uint8_t> seen;
-      for (const std::string& name : m.order) {
+          for (const std::string& name : m.order) {
         const std::size_t numel = numel_of(m, name);
         T* v = buf.get(numel);
-        global_tensor<T>(m, name, 0, readers, v, seen, staging);
+        global_tensor<T>(m, name, 0, readers, v, staging);
         write_all(fd, v, numel * sizeof(T), tmp);
       }
     };

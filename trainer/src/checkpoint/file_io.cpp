@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -108,20 +109,27 @@ void PieceHasher::update(const void* data, std::size_t n) {
     if (XXH3_64bits_update(static_cast<XXH3_state_t*>(xxh_), data, n) != XXH_OK) throw CheckpointError("XXH3 update failed");
     return;
   }
-  if (closed_) throw CheckpointError("internal error: the legacy piece hash was fed after a part that is not a multiple of 8 bytes");
   const unsigned char* p = static_cast<const unsigned char*>(data);
+  n_ += n;
+  if (npend_ > 0) {  // complete the word a previous part began
+    const std::size_t take = std::min<std::size_t>(8 - npend_, n);
+    std::memcpy(pend_ + npend_, p, take);
+    npend_ += static_cast<int>(take);
+    p += take;
+    n -= take;
+    if (npend_ < 8) return;
+    h_ = legacy_words(h_, pend_, 8);
+    npend_ = 0;
+  }
   h_ = legacy_words(h_, p, n);
   const std::size_t full = n & ~std::size_t{7};
-  if (full != n) {
-    tail_ = legacy_tail(p + full, n - full);
-    closed_ = true;
-  }
-  n_ += n;
+  std::memcpy(pend_, p + full, n - full);
+  npend_ = static_cast<int>(n - full);
 }
 
 std::uint64_t PieceHasher::digest() const {
   if (algo_ == PieceHash::xxh3_64) return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(xxh_));
-  return mix64(mix64(h_ ^ tail_) ^ n_);
+  return mix64(mix64(h_ ^ legacy_tail(pend_, static_cast<std::size_t>(npend_))) ^ n_);
 }
 
 std::string hex64(std::uint64_t v) {

@@ -44,7 +44,7 @@ std::uint64_t hash_bytes_xxh3(const void* data, std::size_t n);
 // The legacy piece hash: splitmix64 finalizer over 8-byte little-endian words, then the length.
 std::uint64_t hash_bytes_legacy_splitmix64(const void* data, std::size_t n);
 
-// A piece hash over bytes that arrive in parts (every part but the last a multiple of 8 bytes long).
+// A piece hash over bytes that arrive in parts of any length.
 class PieceHasher {
  public:
   explicit PieceHasher(PieceHash algo);
@@ -58,8 +58,8 @@ class PieceHasher {
   PieceHash algo_;
   void* xxh_ = nullptr;       // XXH3_state_t*
   std::uint64_t h_ = 0, n_ = 0;  // legacy: running state and length
-  std::uint64_t tail_ = 0;       // legacy: the last part's trailing bytes (< 8)
-  bool closed_ = false;          // legacy: a part not a multiple of 8 was seen (it must be the last)
+  unsigned char pend_[8] = {};   // legacy: bytes of a word not yet complete (npend_ of them)
+  int npend_ = 0;
 };
 
 std::string hex64(std::uint64_t v);

@@ -323,22 +323,36 @@ const ShardEntry& ShardReader::entry(const std::string& key, const std::string& 
   return e;
 }
 
-// Reads the piece in chunks (into dst, or through chunk_ when dst is null), hashing each chunk while it is
-// still in cache.
+// Reads the piece into dst (from the read-ahead when there is one, else with pread in chunks), or through
+// chunk_ when dst is null, hashing each part while it is still in cache.
 void ShardReader::read_checked(const std::string& key, const ShardEntry& e, const std::string& hash, char* dst) const {
-  constexpr std::uint64_t kChunk = std::uint64_t{2} << 20;  // a multiple of 8 (the legacy hash's word)
+  constexpr std::uint64_t kChunk = std::uint64_t{2} << 20;
   const std::uint64_t total = e.end - e.begin;
-  char* buf = dst != nullptr ? nullptr : chunk_.get(static_cast<std::size_t>(std::min(total, kChunk)));
   PieceHasher h(algo_);
-  for (std::uint64_t done = 0; done < total;) {
-    const std::size_t n = static_cast<std::size_t>(std::min(kChunk, total - done));
-    char* at = dst != nullptr ? dst + done : buf;
-    pread_all(fd_, at, n, static_cast<off_t>(payload_ + e.begin + done), path_, key);
-    h.update(at, n);
-    done += n;
+  if (ahead_ != nullptr && dst != nullptr) {
+    std::uint64_t done = 0;
+    ahead_->consume(ahead_index_, payload_ + e.begin, total, key, [&](const char* part, std::size_t n) {
+      std::memcpy(dst + done, part, n);
+      h.update(part, n);
+      done += n;
+    });
+  } else {
+    char* buf = dst != nullptr ? nullptr : chunk_.get(static_cast<std::size_t>(std::min(total, kChunk)));
+    for (std::uint64_t done = 0; done < total;) {
+      const std::size_t n = static_cast<std::size_t>(std::min(kChunk, total - done));
+      char* at = dst != nullptr ? dst + done : buf;
+      pread_all(fd_, at, n, static_cast<off_t>(payload_ + e.begin + done), path_, key);
+      h.update(at, n);
+      done += n;
+    }
   }
   if (hex64(h.digest()) != hash)
     throw CheckpointError(path_ + ": tensor " + key + ": contents do not match the manifest's hash (the shard was modified or damaged); restore it or resume from an older step");
+}
+
+std::pair<std::uint64_t, std::uint64_t> ShardReader::extent(const std::string& key, const std::string& dtype, std::int64_t numel) const {
+  const ShardEntry& e = entry(key, dtype, numel);
+  return {payload_ + e.begin, e.end - e.begin};
 }
 
 void ShardReader::read_into(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash,

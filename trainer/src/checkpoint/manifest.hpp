@@ -14,6 +14,7 @@
 
 #include "meshrun/job.hpp"
 #include "file_io.hpp"
+#include "read_ahead.hpp"
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 
 namespace meshrun::train::ckpt {
@@ -115,6 +116,13 @@ class ShardReader {
   // The same checks, the bytes streamed through a small reused buffer and dropped (meshrun-ckpt --verify).
   void verify(const std::string& key, const std::string& dtype, std::int64_t numel, const std::string& hash) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Where piece `key` lies in the file (byte offset and length), its header entry checked as read_into does.
+  std::pair<std::uint64_t, std::uint64_t> extent(const std::string& key, const std::string& dtype, std::int64_t numel) const;
+  // From here on read_into takes the bytes from `ahead` (this shard is its file `index`), in its plan's order.
+  void read_through(ReadAhead* ahead, int index) {
+    ahead_ = ahead;
+    ahead_index_ = index;
+  }
 
  private:
   const ShardEntry& entry(const std::string& key, const std::string& dtype, std::int64_t numel) const;
@@ -128,54 +136,54 @@ class ShardReader {
   std::map<std::string, ShardEntry> entries_;
   std::map<std::string, std::string> metadata_;
   mutable GrowBuffer<char> chunk_;  // verify's buffer
+  ReadAhead* ahead_ = nullptr;
+  int ahead_index_ = -1;
 };
 
 // Opens shard f of manifest m and checks its header's step and rank against the manifest (format 2).
 std::unique_ptr<ShardReader> open_shard(const Manifest& m, const ManifestFile& f);
 
 // Copies the part of piece p (values `src`) that falls into the destination block [r0, r0+lr) × [c0, c0+lc)
-// of its tensor into dst (row-major block), marking `seen`; an element seen twice is an error.
+// of its tensor into dst (row-major block); returns how many elements it placed.
 template <class T>
-void scatter_piece(const ManifestPiece& p, const T* src, std::int64_t r0, std::int64_t c0, std::int64_t lr,
-                   std::int64_t lc, T* dst, std::uint8_t* seen, const std::string& file) {
+std::int64_t scatter_piece(const ManifestPiece& p, const T* src, std::int64_t r0, std::int64_t c0, std::int64_t lr,
+                           std::int64_t lc, T* dst) {
+  std::int64_t placed = 0;
   for (std::int64_t i = p.a; i < p.b;) {
     const std::int64_t r = i / p.cols, c = i % p.cols;
     const std::int64_t end = std::min(p.b, (r + 1) * p.cols);  // this row's segment [i, end)
     const std::int64_t gr = p.row0 + r;
     if (gr >= r0 && gr < r0 + lr) {
       const std::int64_t g_lo = std::max(p.col0 + c, c0), g_hi = std::min(p.col0 + c + (end - i), c0 + lc);
-      for (std::int64_t gc = g_lo; gc < g_hi; ++gc) {
-        const std::int64_t d = (gr - r0) * lc + (gc - c0);
-        if (seen[d]) throw CheckpointError(file + ": tensor " + p.key + ": an element is held by two pieces; the manifest is damaged");
-        seen[d] = 1;
-        dst[d] = src[(i - p.a) + (gc - (p.col0 + c))];
+      if (g_hi > g_lo) {
+        std::memcpy(dst + (gr - r0) * lc + (g_lo - c0), src + (i - p.a) + (g_lo - (p.col0 + c)),
+                    static_cast<std::size_t>(g_hi - g_lo) * sizeof(T));
+        placed += g_hi - g_lo;
       }
     }
     i = end;
   }
+  return placed;
 }
 
 bool overlaps(const ManifestPiece& p, std::int64_t r0, std::int64_t c0, std::int64_t lr, std::int64_t lc);
 
-// Reads piece p into the destination block [r0, r0+lr) × [c0, c0+lc) (row-major at dst), marking `seen`
-// (an element seen twice is an error): when the piece's elements are one contiguous run of the block
-// (same columns, rows inside it) they are read straight into place; otherwise the whole piece is read
-// into `staging` (its hash covers all of it) and its overlap scattered.
+// Reads piece p into the destination block [r0, r0+lr) × [c0, c0+lc) (row-major at dst) and returns how many
+// of the block's elements it placed: when the piece's elements are one contiguous run of the block (same
+// columns, rows inside it) they are read straight into place; otherwise the whole piece is read into
+// `staging` (its hash covers all of it) and its overlap copied. No element is placed twice: read_manifest
+// proved that the pieces cover every tensor exactly once, so a count equal to the block's size is complete.
 template <class T>
-void place_piece(const ShardReader& reader, const ManifestPiece& p, const std::string& dtype, std::int64_t r0, std::int64_t c0,
-                 std::int64_t lr, std::int64_t lc, T* dst, std::uint8_t* seen, GrowBuffer<T>& staging, const std::string& file) {
+std::int64_t place_piece(const ShardReader& reader, const ManifestPiece& p, const std::string& dtype, std::int64_t r0,
+                         std::int64_t c0, std::int64_t lr, std::int64_t lc, T* dst, GrowBuffer<T>& staging) {
   const std::int64_t first_row = p.row0 + p.a / p.cols, last_row = p.row0 + (p.b - 1) / p.cols, n = p.b - p.a;
   if (p.col0 == c0 && p.cols == lc && first_row >= r0 && last_row < r0 + lr) {
-    const std::int64_t d0 = (p.row0 - r0) * lc + p.a;  // element i of the piece lands at d0 + (i - a)
-    if (std::memchr(seen + d0, 1, static_cast<std::size_t>(n)) != nullptr)
-      throw CheckpointError(file + ": tensor " + p.key + ": an element is held by two pieces; the manifest is damaged");
-    reader.read_into(p.key, dtype, n, p.hash, dst + d0);
-    std::memset(seen + d0, 1, static_cast<std::size_t>(n));
-    return;
+    reader.read_into(p.key, dtype, n, p.hash, dst + (p.row0 - r0) * lc + p.a);  // element i lands at (row0 - r0)·lc + i
+    return n;
   }
   T* vals = staging.get(static_cast<std::size_t>(n));
   reader.read_into(p.key, dtype, n, p.hash, vals);
-  scatter_piece(p, vals, r0, c0, lr, lc, dst, seen, file);
+  return scatter_piece(p, vals, r0, c0, lr, lc, dst);
 }
 
 }  // namespace meshrun::train::ckpt

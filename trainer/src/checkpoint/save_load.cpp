@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "fault_points.hpp"
 #include "file_io.hpp"
@@ -88,40 +89,75 @@ int load_checkpoint(Trainer<T>& tr, const std::string& path, std::int64_t data_t
     if (!mine.count(name)) throw CheckpointError(m.file + ": tensor " + name + " is not part of this model");
 
   ParamStore& st = tr.store();
-  // Unit by unit (at most one unit's parameters and moments extra in memory, in buffers reused across units
-  // and never zero-filled: the coverage check below proves every element was read), each shard file opened once.
-  std::map<std::string, std::unique_ptr<ShardReader>> readers;
+  // First what this rank reads, unit by unit, each shard file opened once: the plan of the read-ahead,
+  // which streams those bytes from the disk while the pieces before them are hashed and placed.
+  struct Placement {
+    int unit, file;
+    const ManifestPiece* piece;
+    const TensorSlot* slot;
+  };
+  std::vector<Placement> placements;
+  std::vector<std::unique_ptr<ShardReader>> readers(m.files.size());
+  std::vector<std::string> paths;
+  std::vector<ReadAhead::Range> plan;
+  for (const ManifestFile& f : m.files) paths.push_back((fs::path(path) / f.name).string());
+  for (std::size_t uu = 0; uu < table.units.size(); ++uu) {
+    const int u = static_cast<int>(uu);
+    if (!st.holds(u)) continue;
+    for (std::size_t fi = 0; fi < m.files.size(); ++fi)
+      for (const ManifestPiece& p : m.files[fi].pieces) {
+        const auto& [pu, t] = mine.at(p.tensor);
+        if (pu != u || !overlaps(p, t->row0, t->col0, t->local_rows, t->local_cols)) continue;
+        if (!readers[fi]) readers[fi] = open_shard(m, m.files[fi]);
+        const auto [offset, bytes] = readers[fi]->extent(p.key, m.dtype, p.b - p.a);
+        plan.push_back({static_cast<int>(fi), offset, bytes});
+        placements.push_back({u, static_cast<int>(fi), &p, t});
+      }
+  }
+  ReadAhead ahead(paths, std::move(plan));
+  for (std::size_t fi = 0; fi < readers.size(); ++fi)
+    if (readers[fi]) readers[fi]->read_through(&ahead, static_cast<int>(fi));
+
+  // Then unit by unit. Where the store holds a part of the unit whole in host memory (CPU backends), the
+  // pieces go straight into it; otherwise into buffers reused across units (at most one unit's parameters
+  // and moments extra in memory), then uploaded. Nothing is zero-filled: read_manifest proved that the pieces
+  // cover every tensor exactly once, so a tensor whose count of placed elements equals its size was read
+  // whole. A failed load ends the run, so a store half overwritten is never trained on.
   GrowBuffer<T> buf[3], staging;
-  GrowBuffer<std::uint8_t> seen_buf;
+  std::vector<std::int64_t> placed;  // per kind and tensor of the unit
+  constexpr ParamStore::Region kRegion[3] = {ParamStore::Region::params, ParamStore::Region::exp_avg,
+                                             ParamStore::Region::exp_avg_sq};
+  std::size_t next = 0;
   for (std::size_t uu = 0; uu < table.units.size(); ++uu) {
     const int u = static_cast<int>(uu);
     if (!st.holds(u)) continue;
     const std::size_t n = static_cast<std::size_t>(table.units[uu].size);
-    T* const dst[3] = {buf[0].get(n), buf[1].get(n), buf[2].get(n)};
-    std::uint8_t* const seen0 = seen_buf.get(3 * n);
-    std::memset(seen0, 0, 3 * n);
-    std::uint8_t* const seen[3] = {seen0, seen0 + n, seen0 + 2 * n};
-    for (const ManifestFile& f : m.files) {
-      const std::string fpath = (fs::path(path) / f.name).string();
-      for (const ManifestPiece& p : f.pieces) {
-        const auto& [pu, t] = mine.at(p.tensor);
-        if (pu != u || !overlaps(p, t->row0, t->col0, t->local_rows, t->local_cols)) continue;
-        auto& reader = readers[f.name];
-        if (!reader) reader = open_shard(m, f);
-        // The slot's block inside the unit buffer: placed into a view starting at its offset.
-        place_piece(*reader, p, m.dtype, t->row0, t->col0, t->local_rows, t->local_cols, dst[p.kind] + t->offset,
-                    seen[p.kind] + t->offset, staging, fpath);
-      }
+    T* in_place[3];
+    T* dst[3];
+    for (int k = 0; k < 3; ++k) {
+      in_place[k] = st.state_in_place<T>(u, kRegion[k]);
+      dst[k] = in_place[k] ? in_place[k] : buf[k].get(n);
+    }
+    const std::vector<TensorSlot>& slots = table.units[uu].tensors;
+    placed.assign(3 * slots.size(), 0);
+    for (; next < placements.size() && placements[next].unit == u; ++next) {
+      const Placement& pl = placements[next];
+      const ManifestPiece& p = *pl.piece;
+      const TensorSlot* t = pl.slot;
+      // The slot's block in the unit's destination starts at the slot's offset.
+      placed[static_cast<std::size_t>(p.kind) * slots.size() + static_cast<std::size_t>(t - slots.data())] +=
+          place_piece(*readers[static_cast<std::size_t>(pl.file)], p, m.dtype, t->row0, t->col0, t->local_rows, t->local_cols,
+                      dst[p.kind] + t->offset, staging);
     }
     for (int k = 0; k < 3; ++k)
-      for (const TensorSlot& t : table.units[uu].tensors) {
-        const std::uint8_t* b = seen[k] + t.offset;  // 0 or 1 each: covered iff no 0 (memchr, not a scalar count)
-        if (std::memchr(b, 0, static_cast<std::size_t>(t.numel())) == nullptr) continue;
-        const auto have = std::count(b, b + t.numel(), 1);
-        throw CheckpointError(m.file + ": tensor " + piece_key(t.name, k) + ": the shards hold " + std::to_string(have) + " of the " +
-                              std::to_string(t.numel()) + " elements this rank needs; the checkpoint is incomplete");
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        const std::int64_t have = placed[static_cast<std::size_t>(k) * slots.size() + i];
+        if (have != slots[i].numel())
+          throw CheckpointError(m.file + ": tensor " + piece_key(slots[i].name, k) + ": the shards hold " + std::to_string(have) +
+                                " of the " + std::to_string(slots[i].numel()) + " elements this rank needs; the checkpoint is incomplete");
       }
-    st.write_state(u, dst[0], dst[1], dst[2]);
+    if (!in_place[0] || !in_place[1] || !in_place[2])
+      st.write_state(u, in_place[0] ? nullptr : dst[0], in_place[1] ? nullptr : dst[1], in_place[2] ? nullptr : dst[2]);
   }
   return m.step;
 }

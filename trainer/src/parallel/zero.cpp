@@ -257,9 +257,11 @@ std::vector<T> ParamStore::read_unit(int u) {
 // dst := the elements [lo, lo + dst.n) of full (n elements), zero beyond them.
 template <class T>
 void ParamStore::upload_padded(Buf dst, const T* full, std::int64_t lo, std::int64_t n) const {
-  std::vector<T> host(static_cast<std::size_t>(dst.n), T(0));
-  for (std::int64_t i = 0; i < dst.n && lo + i < n; ++i) host[i] = full[lo + i];
-  be_.upload(dst, host.data());
+  // Straight from the caller's values (no host copy: at 100M parameters a zero-filled copy per buffer cost
+  // more than reading the checkpoint); only the padding past the unit's end is zeroed.
+  const std::int64_t real = std::clamp<std::int64_t>(n - lo, 0, dst.n);
+  if (real > 0) be_.upload(dst.at(0, real), full + lo);
+  if (real < dst.n) be_.zero(dst.at(real, dst.n - real));
 }
 
 template <class T>
@@ -299,11 +301,21 @@ void ParamStore::read_region(int u, Region r, T* out) const {
 
 template <class T>
 void ParamStore::write_state(int u, const T* params, const T* exp_avg, const T* exp_avg_sq) {
-  write_unit(u, params);
+  if (params) write_unit(u, params);
   const std::int64_t n = table_.units[u].size;
   const std::int64_t lo = stage_ == 0 ? 0 : shard_begin(u);
-  upload_padded(m_[u], exp_avg, lo, n);
-  upload_padded(v_[u], exp_avg_sq, lo, n);
+  if (exp_avg) upload_padded(m_[u], exp_avg, lo, n);
+  if (exp_avg_sq) upload_padded(v_[u], exp_avg_sq, lo, n);
+}
+
+template <class T>
+T* ParamStore::state_in_place(int u, Region r) {
+  require_held(u);
+  if (!be_.host_addressable()) return nullptr;
+  const bool whole = r == Region::params ? stage_ < 3 && !prec_.has_master() : stage_ == 0;
+  const Buf& b = r == Region::params ? params_[u] : r == Region::exp_avg ? m_[u] : v_[u];
+  if (!whole || b.t != device::dtype_of<T>() || b.n < table_.units[u].size) return nullptr;
+  return static_cast<T*>(b.p);
 }
 
 MemoryReport ParamStore::memory() const {
@@ -322,7 +334,8 @@ MemoryReport ParamStore::memory() const {
   template void ParamStore::write_unit<T>(int, const T*);                              \
   template std::vector<T> ParamStore::read_grad_shard<T>(int) const;                   \
   template void ParamStore::read_region<T>(int, Region, T*) const;                     \
-  template void ParamStore::write_state<T>(int, const T*, const T*, const T*);
+  template void ParamStore::write_state<T>(int, const T*, const T*, const T*);            \
+  template T* ParamStore::state_in_place<T>(int, Region);
 MESHRUN_STORE_INSTANTIATE(float)
 MESHRUN_STORE_INSTANTIATE(double)
 #undef MESHRUN_STORE_INSTANTIATE

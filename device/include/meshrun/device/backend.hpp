@@ -147,6 +147,9 @@ class Backend {
   // nest). Only the strict CPU backend, whose memory is unaddressable between its calls, does anything.
   virtual void begin_host_access() {}
   virtual void end_host_access() {}
+  // True where a Buf's memory is ordinary host memory the caller may read and write at any time (the CPU
+  // backends): a checkpoint load then reads straight into it instead of staging and uploading.
+  virtual bool host_addressable() const { return false; }
 
   // Time spent per kernel kind so far (ms; CUDA: CUDA events on the compute stream), largest first.
   virtual std::vector<std::pair<std::string, double>> kernel_times() { return {}; }

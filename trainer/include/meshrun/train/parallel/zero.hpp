@@ -99,7 +99,12 @@ class ParamStore {
   template <class T> void read_region(int u, Region r, T* out) const;
   // Restores unit u from full local buffers (the unit's unpadded size): parameters as write_unit, the
   // moments as this rank holds them (stage 0 whole, else its shard). No communication.
+  // A null pointer leaves that part as it is (loaded in place through state_in_place).
   template <class T> void write_state(int u, const T* params, const T* exp_avg, const T* exp_avg_sq);
+  // Where part r of unit u lives whole, unpadded at its start, as T in host memory (a host-addressable
+  // backend, stage 0 for the moments, stages 0-2 for the parameters, no master copy): its address, so a
+  // checkpoint load reads into it directly; nullptr where the load must stage and call write_state.
+  template <class T> T* state_in_place(int u, Region r);
   std::int64_t shard_begin(int u) const { return static_cast<std::int64_t>(groups_[u]->rank()) * shard_[u]; }
 
   MemoryReport memory() const;
