@@ -99,6 +99,11 @@ int cmd_plan(int argc, char** argv) {
     }
     if (schedule && search)
       throw ConfigError("--schedule shows the template's own layout and --search ranks other layouts; use one of them");
+    // Without a template there is no model and no batch: the dry run checks the layout alone (as the plugin
+    // does for --mesh-* flags without --mesh-template), and what needs a model is refused.
+    if (req.template_path.empty() && (schedule || search || estimate))
+      throw ConfigError(std::string(schedule ? "--schedule" : search ? "--search" : "--estimate") +
+                        " needs a template: it is about a model's steps; give TEMPLATE.toml (e.g. templates/llama3-8b.toml)");
   } catch (const ConfigError& e) {
     return fail(e.what());
   }
@@ -137,10 +142,13 @@ int cmd_plan(int argc, char** argv) {
   if (search || estimate) return fail("--estimate/--search need the planner, which this build does not include");
 #endif
   auto layout = resolve_layout(cfg.job.parallel, cluster.gpus(), &problems);
+  const bool layout_only = req.template_path.empty();
   std::vector<std::string> checks;
   if (layout && problems.empty()) {
     auto more = validate(cfg.job, *layout, cluster, &checks);
-    problems.insert(problems.end(), more.begin(), more.end());
+    for (auto& p : more)
+      if (!layout_only || is_layout_rule(p.check)) problems.push_back(std::move(p));
+    if (layout_only) std::erase_if(checks, [](const std::string& c) { return !is_layout_rule(c); });
   }
   if (!problems.empty()) {
     std::string where = req.template_path.empty() ? "" : " (" + req.template_path + ")";
@@ -188,7 +196,7 @@ int cmd_plan(int argc, char** argv) {
                            std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
     }
 
-    cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, {}, {}};
+    cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, layout_only, {}, {}};
     // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.
     NodeTopology node_topo;
     if (!topology_xml.empty()) {

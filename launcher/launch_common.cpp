@@ -128,7 +128,7 @@ Resolved resolve(const Config& cfg) {
 
 std::string plan_as_comment(const Resolved& r, const std::string& template_path) {
   RankMap map(r.layout, r.cluster);
-  cli::PlanView view{r.cfg, map, template_path, r.checks, r.warnings, false, {}, {}};
+  cli::PlanView view{r.cfg, map, template_path, r.checks, r.warnings, false, false, {}, {}};
   std::ostringstream table;
   cli::render_plan_table(table, view);
   std::istringstream lines(table.str());

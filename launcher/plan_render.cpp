@@ -92,19 +92,25 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
   o << "world     " << map.world() << " ranks = " << c.nodes << " nodes × " << c.gpus_per_node << " GPUs ("
     << c.type.name << ", NVLink domain " << c.nvlink_domain_gpus << " GPU" << (c.nvlink_domain_gpus == 1 ? "" : "s")
     << ")\n";
-  if (auto layers = chunk_layers(job.model.layers, l.pp * l.virtual_stages))
+  if (v.layout_only) {
     o << "pipeline  " << l.pp << " stage" << (l.pp == 1 ? "" : "s") << " × " << l.virtual_stages << " chunk"
-      << (l.virtual_stages == 1 ? "" : "s") << "; " << layer_summary(*layers) << "\n";
-  int64_t micro = job.training.global_batch_size / (int64_t(l.dp) * job.training.micro_batch_size);
-  o << "batch     " << job.training.global_batch_size << " sequences × " << job.training.seq_len
-    << " tokens per step; " << micro << " micro-batch" << (micro == 1 ? "" : "es") << " of "
-    << job.training.micro_batch_size << " per DP rank\n";
+      << (l.virtual_stages == 1 ? "" : "s") << "\n";
+    o << "model     none: no template, so only the layout's rules were checked (give TEMPLATE.toml for the model's and the batch's)\n";
+  } else {
+    if (auto layers = chunk_layers(job.model.layers, l.pp * l.virtual_stages))
+      o << "pipeline  " << l.pp << " stage" << (l.pp == 1 ? "" : "s") << " × " << l.virtual_stages << " chunk"
+        << (l.virtual_stages == 1 ? "" : "s") << "; " << layer_summary(*layers) << "\n";
+    int64_t micro = job.training.global_batch_size / (int64_t(l.dp) * job.training.micro_batch_size);
+    o << "batch     " << job.training.global_batch_size << " sequences × " << job.training.seq_len
+      << " tokens per step; " << micro << " micro-batch" << (micro == 1 ? "" : "es") << " of "
+      << job.training.micro_batch_size << " per DP rank\n";
+  }
 
   o << "\nvalues (source)\n";
   for (const auto& sv : shown_values(v.config, l))
     o << "  " << pad(sv.key, 28) << pad(sv.value, 22) << " " << sv.source << "\n";
 
-  o << "\nchecks passed (" << v.checks.size() << "):";
+  o << "\nchecks passed (" << v.checks.size() << (v.layout_only ? ", the layout's rules only" : "") << "):";
   for (size_t i = 0; i < v.checks.size(); ++i) o << (i ? ", " : " ") << v.checks[i];
   o << "\n";
 
@@ -180,7 +186,9 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   j.key("checks").begin_array();
   for (const auto& ch : v.checks) j.value(ch);
   j.end_array();
-  if (auto layers = chunk_layers(v.config.job.model.layers, l.pp * l.virtual_stages)) j.key("chunk_layers").int_array(*layers);
+  j.field("rules", v.layout_only ? "layout" : "layout+model");  // which checks applied: no template, the layout's only
+  if (auto layers = chunk_layers(v.config.job.model.layers, l.pp * l.virtual_stages); layers && !v.layout_only)
+    j.key("chunk_layers").int_array(*layers);
 
   j.key("ranks").begin_array();
   for (int r = 0; r < map.world(); ++r) {

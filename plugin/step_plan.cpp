@@ -1,7 +1,6 @@
 #include "step_plan.hpp"
 
 #include <algorithm>
-#include <set>
 
 #include "meshrun/bounded_file.hpp"
 #include "meshrun/hostlist.hpp"
@@ -9,13 +8,6 @@
 
 namespace meshrun::plugin {
 namespace {
-
-// Checks that concern the layout and the allocation only (no model facts).
-bool layout_only_check(const std::string& name) {
-  static const std::set<std::string> names = {"world-size", "tp-nvlink", "ep-dp-cp", "order", "size",
-                                              "node-type", "nvlink-domain", "zero-stage"};
-  return names.count(name) > 0;
-}
 
 // The core's message speaks of template keys; here the user typed --mesh-* flags and -N/-n.
 std::string world_message(const LayoutSpec& spec, const std::optional<Layout>& l, const StepShape& shape) {
@@ -118,7 +110,7 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
   }
   bool full = opts.template_file.has_value();
   for (auto& p : found) {
-    if (!full && !layout_only_check(p.check)) continue;
+    if (!full && !is_layout_rule(p.check)) continue;
     if (p.check == "world-size") p.message = world_message(plan.config.job.parallel, plan.layout, shape);
     plan.problems.push_back(std::move(p));
   }

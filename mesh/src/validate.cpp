@@ -21,6 +21,12 @@ std::string divisors(int64_t n, int64_t limit) {
 
 }  // namespace
 
+bool is_layout_rule(std::string_view name) {
+  static constexpr std::string_view kLayoutRules[] = {"world-size", "tp-nvlink",     "ep-dp-cp",  "order",
+                                                      "size",       "node-type",     "nvlink-domain", "zero-stage"};
+  return std::find(std::begin(kLayoutRules), std::end(kLayoutRules), name) != std::end(kLayoutRules);
+}
+
 std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Cluster& cluster,
                               std::vector<std::string>* checks_run) {
   std::vector<Problem> p;

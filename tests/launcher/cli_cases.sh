@@ -199,6 +199,35 @@ case $case_name in
     complete_words meshrun plan templates/tiny.toml --sch | grep -qx -- --schedule || fail "plan --schedule"
     complete_words meshrun run x.toml -- ech | grep -qx echo || fail "command after --"
     ;;
+  plan-no-template)
+    # Flags only: no model, so the layout's rules alone, said so (the plugin's rule without --mesh-template).
+    # tp = 8 would fail the default model's head count (4) if a hidden model were checked.
+    m -- plan --no-site --nodes 2 --gpus-per-node 8 --mesh-tp 8
+    expect_rc 0
+    expect_out "model     none: no template, so only the layout's rules were checked"
+    expect_out "checks passed (3, the layout's rules only): world-size, ep-dp-cp, tp-nvlink"
+    grep -q "heads\|batch  " "$work/out" "$work/err" && fail "a model or batch fact in a template-less plan"
+    m -- plan --no-site --nodes 2 --gpus-per-node 8 --mesh-tp 8 --format json
+    expect_rc 0
+    python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["rules"] == "layout" and "chunk_layers" not in j, j["rules"]' \
+      "$work/out" || fail "json: rules is not 'layout' or chunk_layers is shown"
+    # The layout's rules still refuse: tp·cp·pp must divide the GPUs.
+    m -- plan --no-site --nodes 2 --gpus-per-node 8 --mesh-tp 3
+    expect_rc 2
+    expect_err "needs the world size (16 GPUs) to be a multiple of tp·cp·pp = 3"
+    # Negative control: with a template, its model's rules apply (tiny has 4 heads).
+    m -- plan --no-site "$TINY" --nodes 2 --gpus-per-node 8 --mesh-tp 8
+    expect_rc 2
+    expect_err "model.heads=4 is not divisible by tp=8"
+    m -- plan --no-site "$TINY" --format json
+    expect_rc 0
+    python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["rules"] == "layout+model"' "$work/out" || fail "json rules with a template"
+    # What is about a model's steps needs one.
+    for flag in --estimate --search --schedule; do
+      m -- plan --no-site --nodes 2 --gpus-per-node 8 $flag
+      expect_bad "$flag needs a template"
+    done
+    ;;
   *) echo "unknown case '$case_name'"; exit 2 ;;
 esac
 echo "ok [$case_name]"

@@ -88,6 +88,11 @@ std::vector<int64_t> divisors_up_to(int64_t n, int64_t limit);
 std::vector<Problem> validate(const JobConfig& cfg, const Layout& layout, const Cluster& cluster,
                               std::vector<std::string>* checks_run = nullptr);
 
+// Whether validate()'s check `name` concerns the layout and the allocation only (no model or batch facts):
+// the rules any program's job is held to. A job without a template (plugin flags, `meshrun plan` with
+// flags only) gets these alone; a template's [model] and [training] add the rest.
+bool is_layout_rule(std::string_view name);
+
 // Non-fatal observations (e.g. TP on PCIe, EP crossing the network).
 std::vector<std::string> layout_warnings(const JobConfig& cfg, const Layout& layout, const Cluster& cluster);
 
