@@ -64,6 +64,34 @@ std::vector<std::string> mesh_options(const Resolved& r, const BatchOptions& opt
 
 }  // namespace
 
+std::vector<std::string> rank_command(const BatchOptions& opt) {
+  std::vector<std::string> cmd = opt.command;
+  if (cmd.empty()) cmd = {opt.trainer, opt.template_path};
+  else if (std::filesystem::path(cmd[0]).filename() != "meshrun-train") return cmd;
+  // meshrun-train's arguments: one positional template; --set, --metrics and --site take a value.
+  std::size_t positional = 0;
+  for (std::size_t i = 1; i < cmd.size() && positional == 0; ++i) {
+    const std::string& a = cmd[i];
+    if (a == "--set" || a == "--metrics" || a == "--site") ++i;
+    else if (a.empty() || a[0] != '-') positional = i;
+  }
+  if (positional == 0) {
+    cmd.insert(cmd.begin() + 1, opt.template_path);
+  } else {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path theirs = fs::weakly_canonical(fs::absolute(cmd[positional]), ec);
+    const fs::path ours = fs::weakly_canonical(opt.template_path, ec);
+    if (theirs != ours)
+      throw ConfigError("the command after -- trains " + cmd[positional] + " but the job is laid out from " + opt.template_path +
+                        "; meshrun-train must train the job's template: give the same file to both (or drop it from the "
+                        "command: it is added)");
+  }
+  cmd.insert(cmd.end(), opt.site_options.begin(), opt.site_options.end());
+  cmd.insert(cmd.end(), opt.sets.begin(), opt.sets.end());
+  return cmd;
+}
+
 std::vector<std::string> srun_command(const Resolved& r, const BatchOptions& opt, bool mesh_options_on_srun) {
   if (opt.plugin && opt.template_path.find_first_of(" \t\n") != std::string::npos)
     throw ConfigError(opt.template_path + ": the plugin's --mesh-template cannot carry a path with spaces; move "
@@ -73,12 +101,7 @@ std::vector<std::string> srun_command(const Resolved& r, const BatchOptions& opt
                              "--ntasks-per-node=" + std::to_string(r.cluster.gpus_per_node)};
   // Slurm 22.05 srun no longer inherits SLURM_CPUS_PER_TASK from the batch step: pass it explicitly.
   if (opt.cpus_per_task > 0) v.push_back("--cpus-per-task=" + std::to_string(opt.cpus_per_task));
-  std::vector<std::string> cmd = opt.command;
-  if (cmd.empty()) {
-    cmd = {opt.trainer, opt.template_path};
-    cmd.insert(cmd.end(), opt.site_options.begin(), opt.site_options.end());
-    cmd.insert(cmd.end(), opt.sets.begin(), opt.sets.end());
-  }
+  const std::vector<std::string> cmd = rank_command(opt);
   if (opt.plugin) {
     // The plugin computes each task's environment in slurmstepd from these options.
     if (mesh_options_on_srun) {

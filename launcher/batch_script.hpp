@@ -26,6 +26,14 @@ struct BatchOptions {
   int slurm_version = 0;
 };
 
+// The program every rank runs: opt.command, or the bundled trainer with the template, the site options and
+// the overrides. The bundled trainer reads its configuration from its arguments, not from the task
+// environment, so a command that runs meshrun-train gets the job's site options and --set overrides (the
+// --mesh-* flags among them) appended after its own (the job's win), and the template is inserted where it
+// names none; a command naming another template is refused (ConfigError: its layout would not be the one
+// the ranks are placed by). Any other program reads the layout from its environment and runs as given.
+std::vector<std::string> rank_command(const BatchOptions& opt);
+
 // Requeues the script allows itself after a checkpoint at the time limit (SLURM_RESTART_COUNT counts them).
 inline constexpr int kMaxRequeues = 5;
 

@@ -32,7 +32,8 @@ const char* kRunHelp =
     "    when the plugin is installed;\n"
     "  outside Slurm: mpirun -np WORLD on this machine (all ranks folded onto this one node;\n"
     "    --oversubscribe when it has fewer cores than ranks, --allow-run-as-root as root).\n"
-    "COMMAND defaults to the trainer: meshrun-train TEMPLATE (with the same --set overrides).\n"
+    "COMMAND defaults to the trainer: meshrun-train TEMPLATE (with the same --set overrides); a COMMAND that\n"
+    "runs meshrun-train gets the overrides after its own arguments, and may not name another template.\n"
     "\n"
     "options:\n"
     "  --dry-run              print the launch command and the plan; run nothing\n"
@@ -118,12 +119,7 @@ int cmd_run(int argc, char** argv) {
       }
       opt.sets = launch::overrides_as_sets(req);
       opt.site_options = launch::site_options(req);
-      std::vector<std::string> cmd = opt.command;
-      if (cmd.empty()) {
-        cmd = {opt.trainer, opt.template_path};
-        cmd.insert(cmd.end(), opt.site_options.begin(), opt.site_options.end());
-        cmd.insert(cmd.end(), opt.sets.begin(), opt.sets.end());
-      }
+      const std::vector<std::string> cmd = launch::rank_command(opt);
       // mpirun's own binding is off: meshrun exec binds each rank from the node topology.
       argv_out = {"mpirun", "-np", std::to_string(world), "--bind-to", "none"};
       if (usable_cores() < world) argv_out.push_back("--oversubscribe");

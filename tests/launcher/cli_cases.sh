@@ -199,6 +199,37 @@ case $case_name in
     complete_words meshrun plan templates/tiny.toml --sch | grep -qx -- --schedule || fail "plan --schedule"
     complete_words meshrun run x.toml -- ech | grep -qx echo || fail "command after --"
     ;;
+  run-trainer-command)
+    # `-- meshrun-train T` gets the job's overrides: trained with pp = 2 and 2 steps, as the ranks are laid out.
+    # Before, the trainer got none of them and refused the MPI world (a layout mismatch at run time).
+    TRAIN=$(dirname "$MESHRUN")/../trainer/meshrun-train
+    [ -x "$TRAIN" ] || { echo "skip: no meshrun-train next to $MESHRUN"; exit 77; }
+    m -- run "$TINY" --no-site --mesh-pp 2 --set training.steps=2 -- "$TRAIN" "$TINY"
+    expect_rc 0
+    expect_out "layout tp=2 cp=1 pp=2 dp=1"
+    expect_out "step     2/2"
+    grep -q "step     3/" "$work/out" && fail "training.steps = 2 did not reach the trainer"
+    # The template is added where the command names none.
+    m -- run "$TINY" --no-site --set training.steps=1 --dry-run -- "$TRAIN" --metrics m.jsonl
+    expect_rc 0
+    expect_out "-- $TRAIN $TINY --metrics m.jsonl --no-site --set training.steps=1"
+    ;;
+  sbatch-trainer-command)
+    # sbatch, with and without the plugin: the overrides follow the trainer's own arguments.
+    for plugin in yes no; do
+      m -- sbatch "$TINY" --dry-run --no-site --plugin $plugin --mesh-pp 2 --set training.steps=7 -- meshrun-train "$TINY" --metrics m.jsonl
+      expect_rc 0
+      expect_out "meshrun-train $TINY --metrics m.jsonl --no-site --set parallel.pp=2 --set training.steps=7"
+    done
+    # Another program reads the layout from its environment: its command is left as written.
+    m -- sbatch "$TINY" --dry-run --no-site --plugin no --set training.steps=7 -- python3 train.py --lr 1
+    expect_rc 0
+    expect_out "-- python3 train.py --lr 1"
+    grep -q "train.py --lr 1 --" "$work/out" && fail "options appended to another program"
+    # A trainer command naming another template would train another layout: refused.
+    m -- sbatch "$TINY" --dry-run --no-site --plugin no -- meshrun-train "$SRC/templates/llama3-8b.toml"
+    expect_bad "the command after -- trains $SRC/templates/llama3-8b.toml but the job is laid out from $TINY"
+    ;;
   plan-no-template)
     # Flags only: no model, so the layout's rules alone, said so (the plugin's rule without --mesh-template).
     # tp = 8 would fail the default model's head count (4) if a hidden model were checked.
