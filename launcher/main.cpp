@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "meshrun/bounded_file.hpp"
+#include "meshrun/version.hpp"
 #include "commands.hpp"
 
 namespace {
@@ -53,11 +54,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (name == "--version") {
-    std::printf("meshrun 0.1.0\n");
+    std::printf("meshrun %s\n", meshrun::kVersion);
     return 0;
   }
   for (const auto& c : kCommands) {
     if (name != c.name) continue;
+    if (argc >= 3 && std::string_view(argv[2]) == "--version") {  // every subcommand, as its first option
+      std::printf("meshrun %s %s\n", c.name, meshrun::kVersion);
+      return 0;
+    }
     // The last line of defence: each command reports its own errors as one line and exit 2; anything that
     // still escapes (an allocation that outgrew memory, an unexpected exception) is said here the same way,
     // escaped so that input it echoes stays on one printable line, instead of std::terminate's abort.

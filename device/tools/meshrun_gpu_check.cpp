@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "meshrun/device/check.hpp"
+#include "meshrun/version.hpp"
 #include "meshrun/train/run/single_device.hpp"
 
 namespace mg = meshrun::device;
@@ -91,6 +92,10 @@ void run_perf(MakeGpu make_gpu, const mg::CheckOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("meshrun-gpu-check %s\n", meshrun::kVersion);
+    return 0;
+  }
   mg::CheckOptions o;
   try {
     o = mg::parse_check_args(argc, argv);

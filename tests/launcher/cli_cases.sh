@@ -230,6 +230,31 @@ case $case_name in
     m -- sbatch "$TINY" --dry-run --no-site --plugin no -- meshrun-train "$SRC/templates/llama3-8b.toml"
     expect_bad "the command after -- trains $SRC/templates/llama3-8b.toml but the job is laid out from $TINY"
     ;;
+  version)
+    # Every program and subcommand answers --version with its name and the project's VERSION (read here from
+    # CMakeLists.txt, not from the code), exit 0, one line.
+    want=$(sed -n 's/^project(meshrun VERSION \([0-9.]*\) .*/\1/p' "$SRC/CMakeLists.txt")
+    [ -n "$want" ] || fail "no VERSION in $SRC/CMakeLists.txt"
+    m -- --version
+    expect_rc 0
+    [ "$(cat "$work/out")" = "meshrun $want" ] || fail "meshrun --version"
+    for sub in plan topo sbatch run exec; do
+      m -- $sub --version
+      expect_rc 0
+      [ "$(cat "$work/out")" = "meshrun $sub $want" ] || fail "meshrun $sub --version"
+    done
+    bin=$(dirname "$MESHRUN")/..
+    for prog in trainer/meshrun-train trainer/meshrun-ckpt trainer/meshrun-tokenize device/meshrun-gpu-check; do
+      [ -x "$bin/$prog" ] || continue
+      env -i PATH=/usr/bin:/bin timeout 60 "$bin/$prog" --version >"$work/out" 2>"$work/err" || fail "$prog --version: exit $?"
+      [ "$(cat "$work/out")" = "$(basename "$prog") $want" ] || fail "$prog --version printed '$(cat "$work/out")'"
+    done
+    for sub in inspect export; do
+      [ -x "$bin/trainer/meshrun-ckpt" ] || continue
+      "$bin/trainer/meshrun-ckpt" $sub --version >"$work/out" 2>&1 || fail "meshrun-ckpt $sub --version: exit $?"
+      [ "$(cat "$work/out")" = "meshrun-ckpt $sub $want" ] || fail "meshrun-ckpt $sub --version"
+    done
+    ;;
   plan-no-template)
     # Flags only: no model, so the layout's rules alone, said so (the plugin's rule without --mesh-template).
     # tp = 8 would fail the default model's head count (4) if a hidden model were checked.

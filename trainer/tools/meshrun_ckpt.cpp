@@ -9,6 +9,7 @@
 
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
+#include "meshrun/version.hpp"
 
 namespace {
 
@@ -54,6 +55,14 @@ int main(int argc, char** argv) {
   try {
     if (argc >= 2 && (!std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help"))) {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (argc == 2 && !std::strcmp(argv[1], "--version")) {
+      std::printf("meshrun-ckpt %s\n", meshrun::kVersion);
+      return 0;
+    }
+    if (argc == 3 && (!std::strcmp(argv[1], "inspect") || !std::strcmp(argv[1], "export")) && !std::strcmp(argv[2], "--version")) {
+      std::printf("meshrun-ckpt %s %s\n", argv[1], meshrun::kVersion);
       return 0;
     }
     if (argc >= 3 && !std::strcmp(argv[1], "inspect") && (argc == 3 || (argc == 4 && !std::strcmp(argv[3], "--verify"))))

@@ -6,6 +6,7 @@
 
 #include "meshrun/train/run/cli.hpp"
 #include "meshrun/train/data/data.hpp"
+#include "meshrun/version.hpp"
 
 namespace meshrun::train {
 
@@ -14,6 +15,10 @@ int tokenize_main(int argc, char** argv) {
   std::vector<std::string> inputs;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
+    if (s == "--version") {
+      std::printf("meshrun-tokenize %s\n", kVersion);
+      return 0;
+    }
     if (s == "-h" || s == "--help") {
       std::puts("usage: meshrun-tokenize OUT.bin INPUT... [--dtype uint16|uint32]\n"
                 "  INPUT is a UTF-8 text file or a directory (its files, sorted); every byte becomes a token 0..255.");

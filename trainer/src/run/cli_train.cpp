@@ -27,6 +27,7 @@
 #include "step_log.hpp"
 #include "watchdog.hpp"
 #include "meshrun/comm/mpi.hpp"
+#include "meshrun/version.hpp"
 
 using meshrun::comm::make_mpi_groups;
 
@@ -429,11 +430,16 @@ std::string cuda_refusal(const TrainingSpec& t) {
 }
 
 int run(int argc, char** argv, int rank, int world) {
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
       if (rank == 0) std::fputs(kUsage, stdout);
       return 0;
     }
+    if (!std::strcmp(argv[i], "--version")) {
+      if (rank == 0) std::printf("meshrun-train %s\n", kVersion);
+      return 0;
+    }
+  }
   const Args args = parse_args(argc, argv);
   ConfigRequest req;
   req.template_path = args.template_path;
