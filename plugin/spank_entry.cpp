@@ -1,4 +1,5 @@
 // The SPANK entry points: C linkage outside, one dispatch per context, no exception ever escapes.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -47,12 +48,22 @@ void log_error_lines(const std::string& text) {
 
 namespace {
 
+// Slurm echoes a value an option callback refuses, whole, in its own line ("Invalid --mesh-tp argument:
+// VALUE"). A value that prints as itself on one short line may go there; any other (long, control bytes,
+// not ASCII) is refused in init_post_opt instead, where Slurm adds only its generic line. (Under an
+// `optional` plugstack line Slurm ignores that failure; the tasks then end in task_init with the message.)
+bool echoes_safely(const char* value) {
+  if (value == nullptr) return true;
+  const std::size_t n = std::strlen(value);
+  return n <= 60 && std::all_of(value, value + n, [](char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
 int on_option(int val, const char* optarg, int remote) {
   try {
     PluginState& st = plugin_state();
     std::string error;
     if (set_option(st.opts, static_cast<OptionId>(val), optarg, &error)) return 0;
-    if (remote) {  // Slurm only logs a failing remote callback; fail the tasks instead
+    if (remote || !echoes_safely(optarg)) {  // remote: Slurm only logs a failing callback; fail the tasks instead
       if (st.deferred_error.empty()) st.deferred_error = "meshrun: " + error;
       st.bad_option = true;
       return 0;
@@ -131,7 +142,12 @@ extern "C" int slurm_spank_init(spank_t sp, int ac, char** av) {
 extern "C" int slurm_spank_init_post_opt(spank_t sp, int, char**) {
   return guarded("init_post_opt", [&] {
     PluginState& st = plugin_state();
-    switch (spank_context()) {
+    const spank_context_t ctx = spank_context();
+    if ((ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR) && st.bad_option) {  // a value kept from Slurm's echo
+      slurm_error("%s", meshrun::cut_long_values(st.deferred_error).c_str());
+      return -1;
+    }
+    switch (ctx) {
       case S_CTX_LOCAL: return srun_init_post_opt(sp, st);
       case S_CTX_ALLOCATOR: return alloc_init_post_opt(sp, st);
       default: return 0;  // slurmstepd checks in user_init, when the step's items are known

@@ -195,6 +195,19 @@ EOS
     expect_refused "mesh-dp='-1' is not a valid size" srun -N 1 --mesh-dp=-1 true
     expect_refused "mesh-pp='0' is not a valid size" salloc -N 1 --mesh-pp=0 true
     expect_refused 'mesh-order' sbatch -N 1 --mesh-order=tp-zz --wrap true
+    # Slurm echoes a value an option callback refuses, whole ("Invalid --mesh-tp argument: VALUE"): a long or
+    # unprintable one is refused in init_post_opt instead, so only meshrun's cut, escaped line shows it.
+    long=$(printf '9%.0s' $(seq 300)) hundred=$(printf '9%.0s' $(seq 100))
+    for c in "sbatch -N 1 --wrap true" "srun -N 1 true" "salloc -N 1 true"; do
+      set -- $c
+      expect_refused "is not a valid size" "$1" --mesh-tp="$long" "${@:2}"
+      out=$(T "$1" --mesh-tp="$long" "${@:2}" 2>&1)
+      echo "$out" | grep -q "$hundred" && fail "$1 echoed the 300-digit value whole: $(echo "$out" | cut -c1-200)"
+    done
+    out=$(T srun -N 1 --mesh-tp=$'2\e[31m' true 2>&1)
+    [[ $out == *$'\e'* ]] && fail "srun printed the ESC byte of --mesh-tp"
+    echo "$out" | grep -qF -- "--mesh-tp='2\x1b[31m' is not a valid size" || fail "no escaped refusal: $out"
+    say "a 300-digit --mesh-tp is refused by sbatch, srun and salloc without Slurm echoing it; an ESC is escaped"
     # A value-taking option swallows the next token: srun passes it to the plugin, which refuses it; sbatch
     # rejects the leftover word as a script before plugins see their options.
     expect_refused 'mesh-template needs a TOML file' srun -N 1 --mesh-template --label true
