@@ -37,7 +37,9 @@ std::string render_dry_run(const StepPlan& plan, int max_nodes) {
     out += "\n";
   }
   for (const auto& w : plan.warnings) out += "  warning: " + w + "\n";
-  out += "meshrun: dry run only, nothing launched\n";
+  // The last line says this was asked for: Slurm's "init_post_opt() failed" and exit 1 follow a dry run as
+  // they follow a refusal (the only way a plugin stops a step), and a refusal's last meshrun line is its reason.
+  out += "meshrun: dry run only, nothing launched (as asked: the 'init_post_opt() failed' and exit 1 that Slurm adds are how a plugin stops a step)\n";
   return out;
 }
 

@@ -143,6 +143,8 @@ TEST_CASE("dry run lists every node's ranks and the groups") {
   CHECK(text.find("r7[gpu3 tp1 cp0 pp1 dp1") != std::string::npos);
   CHECK(text.find("group tp: 4 × size 2") != std::string::npos);
   CHECK(text.find("nothing launched") != std::string::npos);
+  // Its last line tells it from a refusal, whose last meshrun line is the reason.
+  CHECK(text.substr(text.rfind('\n', text.size() - 2) + 1).rfind("meshrun: dry run only, nothing launched (as asked", 0) == 0);
   auto bad = plan_step(opts(2, 2, 4), {}, step(2, 8));
   CHECK(render_dry_run(bad).find("meshrun: tp·cp·pp·dp") == 0);
 }
