@@ -28,6 +28,8 @@ resumed_equal() {
   rm -rf "$ck/step-4" && echo step-2 >"$ck/latest"
   expect 0 "resuming from $ck/step-2: step 2" "$name: resumes from step-2" -- "${RUN[@]}" "$@" --set checkpoint.dir="$ck" \
     --metrics "$DIR/$name.res.jsonl"
+  grep -q "finished steps 3\.\.4 (2 in this run) .*; latest checkpoint step-4$" "$DIR/out" ||
+    bad "$name: the resumed run's summary does not say steps 3..4 and step-4: $(grep finished "$DIR/out")"
   numbers "$DIR/$name.ref.jsonl" | awk '$1 > 2' >"$DIR/$name.want"
   numbers "$DIR/$name.res.jsonl" >"$DIR/$name.got"
   if [[ $(wc -l <"$DIR/$name.want") -eq 2 ]] && cmp -s "$DIR/$name.want" "$DIR/$name.got"; then

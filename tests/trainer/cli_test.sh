@@ -14,6 +14,12 @@ expect 0 "step    20/20" "tiny.toml trains on 4 ranks" -- "${MPI[@]}" -np 4 "$TR
   --set checkpoint.save="$DIR/tiny.safetensors" --metrics "$DIR/m.jsonl"
 lines=$(wc -l <"$DIR/m.jsonl" 2>/dev/null || echo 0)
 [[ $lines -eq 20 ]] && pass "metrics: one JSON line per step" || bad "metrics has $lines lines, expected 20"
+# Progress: elapsed on every step line, an ETA before the last; a summary line with this run's steps and
+# tokens (20 steps × 16 sequences × 64 tokens) and what was saved (no checkpoint.dir here).
+grep -qE '^step    19/20 \| .* \| [0-9][0-9hms. ]* elapsed, ETA [0-9][0-9hms. ]*$' "$DIR/out" && grep -qE '^step    20/20 \| .* \| [0-9][0-9hms. ]* elapsed$' "$DIR/out" &&
+  pass "step lines: elapsed, and an ETA until the last step" || bad "step lines lack elapsed/ETA: $(grep -E '^step    (19|20)/' "$DIR/out")"
+grep -qE '^meshrun-train: finished steps 1\.\.20 \(20 in this run\) in [0-9][0-9hms. ]* from .*: 20480 tokens, [0-9]+ tok/s \(all ranks, mean\); last loss [0-9.]+; no checkpoint.dir: nothing saved to resume from$' "$DIR/out" &&
+  pass "summary line: 20 steps, 20480 tokens, nothing saved" || bad "summary line: $(grep finished "$DIR/out")"
 first=$(head -1 "$DIR/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 last=$(tail -1 "$DIR/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 for key in step loss grad_norm lr tokens_per_s; do

@@ -335,8 +335,8 @@ struct RunCheckpoints {
 // Rank 0's output of a step: its line (memory after the first step) and metrics record.
 template <class T>
 void report_step(const Trainer<T>& trainer, const StepStats& st, const JobConfig& cfg, const Layout& layout, bool first,
-                 MetricsFile& metrics) {
-  print_step(st, cfg, first);
+                 const Progress& progress, MetricsFile& metrics) {
+  print_step(st, cfg, first, progress);
   if (first) print_memory(trainer.memory(), layout.zero_stage, trainer.activation_bytes());
   std::fflush(stdout);
   if (metrics) metrics.write(st, trainer.memory().total(), cfg.model.experts > 0);
@@ -394,11 +394,17 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   }
   progress();
   set_watchdog_phase(WatchdogPhase::steps);  // from here on, steps are bounded
+  const auto loop_t0 = std::chrono::steady_clock::now();
+  const auto since_loop = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_t0).count(); };
+  Progress run_progress;
+  double last_loss = 0;
   for (int s = start; s < cfg.training.steps; ++s) {
     const StepStats st = trainer.step(s, schedule);
     checkpoints.history.last_step_s = st.ms / 1000.0;
     progress_after(checkpoints.history.last_step_s, 10);
-    if (rank == 0) report_step(trainer, st, cfg, layout, s == start, metrics);
+    run_progress = {since_loop(), s + 1 - start, cfg.training.steps - (s + 1)};
+    last_loss = st.loss;
+    if (rank == 0) report_step(trainer, st, cfg, layout, s == start, run_progress, metrics);
     if (ck.dir.empty()) continue;
     if (const int stop = agreed_stop_bits(); stop != 0) {  // every rank, every step: the same decision
       metrics.close();
@@ -411,6 +417,10 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   }
   metrics.close();
   finish_run(trainer, cfg, checkpoints, rank);
+  if (rank == 0 && run_progress.steps_done > 0) {
+    run_progress.elapsed_s = since_loop();  // the final save included
+    print_run_summary(cfg, start, run_progress, last_loss, ck.dir.empty() ? "" : checkpoints.latest_text());
+  }
   return 0;
 }
 

@@ -37,12 +37,24 @@ void print_run_banner(const JobConfig& cfg, const Layout& layout, std::int64_t p
   std::fflush(stdout);
 }
 
-void print_step(const StepStats& st, const JobConfig& cfg, bool first) {
+std::string duration_text(double seconds) {
+  char b[48];
+  const long long s = static_cast<long long>(seconds + 0.5);
+  if (seconds < 60) std::snprintf(b, sizeof b, "%.1f s", seconds);
+  else if (s < 3600) std::snprintf(b, sizeof b, "%lldm %02llds", s / 60, s % 60);
+  else std::snprintf(b, sizeof b, "%lldh %02lldm", s / 3600, (s % 3600) / 60);
+  return b;
+}
+
+void print_step(const StepStats& st, const JobConfig& cfg, bool first, const Progress& p) {
   std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step", st.step,
               cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, st.ms);
   if (cfg.model.experts > 0)
     std::printf(" | aux %.5f | expert tokens max %.0f mean %.1f | a2a %s", st.aux_loss, st.expert_tokens_max,
                 st.expert_tokens_mean, mib(st.a2a_bytes).c_str());
+  std::printf(" | %s elapsed", duration_text(p.elapsed_s).c_str());
+  if (p.steps_left > 0 && p.steps_done > 0)
+    std::printf(", ETA %s", duration_text(p.elapsed_s / p.steps_done * p.steps_left).c_str());
   std::printf("\n");
   if (cfg.model.experts > 0 && (first || st.step == cfg.training.steps)) {  // per-expert load
     std::string load;
@@ -51,6 +63,19 @@ void print_step(const StepStats& st, const JobConfig& cfg, bool first) {
     std::printf("meshrun-train: step %d assignments per expert (layers 0..%d): %s\n", st.step,
                 cfg.model.layers - 1, load.c_str());
   }
+}
+
+void print_run_summary(const JobConfig& cfg, int first_step, const Progress& p, double last_loss,
+                       const std::string& checkpoint) {
+  const double tokens = static_cast<double>(p.steps_done) * static_cast<double>(cfg.training.global_batch_size) *
+                        static_cast<double>(cfg.training.seq_len);
+  std::printf("meshrun-train: finished steps %d..%d (%d in this run) in %s from the first step to the end, saves "
+              "included: %.0f tokens, %.0f tok/s (all ranks, mean); last loss %.4f; %s\n",
+              first_step + 1, first_step + p.steps_done, p.steps_done, duration_text(p.elapsed_s).c_str(), tokens,
+              p.elapsed_s > 0 ? tokens / p.elapsed_s : 0.0, last_loss,
+              checkpoint.empty() ? "no checkpoint.dir: nothing saved to resume from"
+                                 : ("latest checkpoint " + checkpoint).c_str());
+  std::fflush(stdout);
 }
 
 void print_memory(const MemoryReport& m, int zero_stage, std::int64_t activation_bytes) {
