@@ -57,7 +57,7 @@ const std::vector<std::string> kLoaderVars = {
     "HF_MODULES_CACHE"};
 // Variables meshrun computes per task; neither the site nor a template may set them.
 const std::vector<std::string> kComputed = {
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
     "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "MESHRUN_*"};
 // NCCL's "do not use in production" switches: passed only when the user sets them, with a warning.
 const std::vector<std::string> kNcclDebug = {
@@ -341,6 +341,7 @@ TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeT
   vars.set("WORLD_SIZE", ctx.world);
   vars.set("LOCAL_WORLD_SIZE", ctx.local_world);
   vars.set("GROUP_RANK", place.node);
+  vars.set("NODE_RANK", place.node);  // the node index under Lightning's name (LightningEnvironment)
   vars.set("ROLE_RANK", ctx.rank);
   vars.set("ROLE_WORLD_SIZE", ctx.world);
   vars.set("MASTER_ADDR", ctx.master_addr);
