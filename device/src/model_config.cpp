@@ -1,11 +1,9 @@
 // Sizes and the FLOP formula of a single-device model configuration (see model_config.hpp).
 #include "meshrun/device/model_config.hpp"
 
-namespace meshrun::device {
+#include "meshrun/model_flops.hpp"
 
-const char* const kFlopFormula =
-    "6*N_matmul*tokens + 6*layers*batch*seq^2*heads*head_dim (causal attention), "
-    "N_matmul = layers*(hidden*(heads+2*kv_heads)*head_dim + heads*head_dim*hidden + 3*hidden*ffn) + vocab*hidden";
+namespace meshrun::device {
 
 std::string ModelConfig::problem() const {
   auto pos = [](std::int64_t v) { return v > 0; };
@@ -19,19 +17,31 @@ std::string ModelConfig::problem() const {
   return "";
 }
 
-std::int64_t matmul_param_count(const ModelConfig& c) {
-  const std::int64_t h = c.hidden, dh = c.head_dim();
-  return c.layers * (h * (c.heads + 2 * c.kv_heads) * dh + c.heads * dh * h + 3 * h * c.ffn) + c.vocab * h;
+ModelSpec model_spec(const ModelConfig& c) {
+  ModelSpec m;
+  m.name = "gpu-check";
+  m.vocab = c.vocab;
+  m.hidden = static_cast<int>(c.hidden);
+  m.layers = static_cast<int>(c.layers);
+  m.heads = static_cast<int>(c.heads);
+  m.kv_heads = static_cast<int>(c.kv_heads);
+  m.ffn_hidden = static_cast<int>(c.ffn);
+  m.mlp = "swiglu";
+  m.tied_embeddings = false;
+  m.rope_theta = c.rope_theta;
+  m.norm_eps = c.norm_eps;
+  return m;
 }
 
-std::int64_t param_count(const ModelConfig& c) {
-  return matmul_param_count(c) + c.vocab * c.hidden + (2 * c.layers + 1) * c.hidden;
+std::int64_t matmul_param_count(const ModelConfig& c) {
+  const ModelSpec m = model_spec(c);
+  return c.layers * active_matmul_params_per_layer(m) + count_params(m).head;
 }
+
+std::int64_t param_count(const ModelConfig& c) { return count_params(model_spec(c)).total(static_cast<int>(c.layers)); }
 
 double train_flops_per_step(const ModelConfig& c) {
-  const double attn = 6.0 * static_cast<double>(c.layers) * c.batch * static_cast<double>(c.seq) * c.seq * c.heads *
-                      c.head_dim();
-  return 6.0 * static_cast<double>(matmul_param_count(c)) * static_cast<double>(c.tokens()) + attn;
+  return model_flops_per_token(model_spec(c), c.seq) * static_cast<double>(c.tokens());
 }
 
 }  // namespace meshrun::device

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "meshrun/device/check.hpp"
+#include "meshrun/model_flops.hpp"
 #include "meshrun/version.hpp"
 #include "meshrun/train/run/single_device.hpp"
 
@@ -75,7 +76,7 @@ void run_perf(MakeGpu make_gpu, const mg::CheckOptions& o) {
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double flops = mg::train_flops_per_step(c) * o.perf_steps;
   const double tflops = flops / sec / 1e12;
-  std::printf("  FLOP formula: %s\n", mg::kFlopFormula);
+  std::printf("  FLOP formula: %s\n", meshrun::kModelFlopFormula);
   std::printf("  %d steps in %.3f s: %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of %.0f dense bf16 TFLOP/s; last loss %.4f\n",
               o.perf_steps, sec, double(c.tokens()) * o.perf_steps / sec, tflops, 100.0 * tflops / o.peak_tflops,
               o.peak_tflops, loss);
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
   if (o.dry_run) {
     print_model("tiny model", mg::tiny_model());
     print_model("perf model", o.perf_model);
-    std::printf("FLOP formula: %s\n", mg::kFlopFormula);
+    std::printf("FLOP formula: %s\n", meshrun::kModelFlopFormula);
     std::printf("parts: kernels %s, tiny %s (%d steps), perf %s (%d steps after %d warm-up)\n", o.kernels ? "yes" : "no",
                 o.tiny ? "yes" : "no", o.tiny_steps, o.perf ? "yes" : "no", o.perf_steps, o.perf_warmup);
     return 0;

@@ -31,6 +31,10 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   int head_dim() const { return hidden / heads; }
+  int64_t q_dim() const { return int64_t(heads) * head_dim(); }
+  int64_t kv_dim() const { return int64_t(kv_heads) * head_dim(); }
+  bool gated() const { return mlp != "gelu"; }  // swiglu: gate, up and down projections
+  int64_t expert_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn_hidden; }
 };
 
 struct LayoutSpec {

@@ -1,4 +1,5 @@
-// Model arithmetic for the planner: parameter counts, FLOPs per token and activation bytes per layer.
+// Model arithmetic for the planner: activation bytes per layer (and, from model_flops.hpp, parameter
+// counts and FLOPs per token).
 // Pure functions of the model description; docs/planner.md derives every formula.
 #pragma once
 #include <cstdint>
@@ -6,6 +7,7 @@
 #include <string_view>
 
 #include "meshrun/job.hpp"
+#include "meshrun/model_flops.hpp"
 
 namespace meshrun::planner {
 
@@ -16,33 +18,15 @@ const char* recompute_name(Recompute r);
 // Bytes per element of a dtype name (bf16, fp16, fp32, fp8, fp64); 0 when unknown.
 int dtype_bytes(std::string_view name);
 
-// Parameters, untied embeddings unless the model ties them, RMSNorm weights only, no biases.
-struct ParamCount {
-  int64_t attention = 0;  // per layer: q, k, v, o projections
-  int64_t mlp = 0;        // per layer: the dense MLP, or every expert of an MoE layer
-  int64_t expert = 0;     // one expert (0 for dense models)
-  int64_t router = 0;     // per layer (MoE)
-  int64_t norms = 0;      // per layer
-  int64_t embedding = 0;
-  int64_t head = 0;       // 0 when tied to the embedding
-  int64_t final_norm = 0;
-  int64_t per_layer() const { return attention + mlp + router + norms; }
-  int64_t total(int layers) const { return per_layer() * layers + embedding + head + final_norm; }
-};
-ParamCount count_params(const ModelSpec& m);
-
-// Weights a token passes through in one layer's matmuls (attention projections, the dense MLP or its
-// top_k experts, the router).
-int64_t active_matmul_params_per_layer(const ModelSpec& m);
-
-// Forward FLOPs per token. Causal attention: each query sees on average seq/2 keys, QKᵀ and AV each
-// cost 2·(seq/2)·heads·head_dim.
-double fwd_matmul_flops_per_token_layer(const ModelSpec& m);
-double fwd_attention_flops_per_token_layer(const ModelSpec& m, int64_t seq);
-double fwd_head_flops_per_token(const ModelSpec& m);  // output projection to the vocabulary
-// Model FLOPs per trained token (forward + backward = 3× forward, no recomputation): the numerator of
-// TFLOP/s per GPU and MFU.
-double model_flops_per_token(const ModelSpec& m, int64_t seq);
+// Parameter counts and model FLOPs are meshrun's one formula (meshrun/model_flops.hpp), shared with
+// meshrun-train's MFU and meshrun-gpu-check.
+using meshrun::active_matmul_params_per_layer;
+using meshrun::count_params;
+using meshrun::fwd_attention_flops_per_token_layer;
+using meshrun::fwd_head_flops_per_token;
+using meshrun::fwd_matmul_flops_per_token_layer;
+using meshrun::model_flops_per_token;
+using meshrun::ParamCount;
 
 // One layer's input for `tokens` tokens: tokens · hidden · bytes (the seed check: 131,072 tokens of
 // Llama 3 405B in bf16 = 4.29 GB).

@@ -1,9 +1,11 @@
 // The model sizes meshrun-gpu-check trains (the tiny loss check and the ~1B throughput model) through
-// the trainer at world 1 (trainer/.../run/single_device.hpp), their parameter counts and the FLOP
-// formula MFU is computed from.
+// the trainer at world 1 (trainer/.../run/single_device.hpp), their parameter counts and the FLOPs of a
+// step (meshrun's one formula, meshrun/model_flops.hpp).
 #pragma once
 #include <cstdint>
 #include <string>
+
+#include "meshrun/job.hpp"
 
 namespace meshrun::device {
 
@@ -17,15 +19,14 @@ struct ModelConfig {
   std::string problem() const;
 };
 
+// The same model as a ModelSpec, for meshrun's one parameter and FLOP formula (meshrun/model_flops.hpp).
+ModelSpec model_spec(const ModelConfig& c);
 // Parameters: all of them, and the ones that take part in matrix products (everything but the embedding
 // table and the norm weights).
 std::int64_t param_count(const ModelConfig& c);
 std::int64_t matmul_param_count(const ModelConfig& c);
 // Model FLOPs of one training step (forward + backward), the figure MFU is computed from:
-//   6 · N_matmul · tokens + 6 · layers · batch · seq² · heads · head_dim
-// (the second term: QKᵀ and P·V over the causal half of the score matrix, 2·2·seq²·heads·head_dim / 2 per
-// layer and sequence forward, times 3 for forward + backward).
+// model_flops_per_token × tokens, i.e. 6 · N_matmul · tokens + 6 · layers · batch · seq² · heads · head_dim.
 double train_flops_per_step(const ModelConfig& c);
-extern const char* const kFlopFormula;
 
 }  // namespace meshrun::device
