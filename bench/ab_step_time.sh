@@ -40,7 +40,7 @@ train_ms() {  # BINARY NAME ARGS...
   local bin=$1 name=$2 ms; shift 2
   OMP_NUM_THREADS=1 "$bin" "$@" --metrics "$OUT/$name.jsonl" >"$OUT/$name.log" 2>&1 ||
     { echo "ab_step_time: $bin failed:" >&2; tail -5 "$OUT/$name.log" >&2; exit 1; }
-  ms=$(tail -n +2 "$OUT/$name.jsonl" | grep -o '"ms_per_step":[0-9.e+-]*' | cut -d: -f2 | median)
+  ms=$(grep '"record":"step"' "$OUT/$name.jsonl" | tail -n +2 | grep -o '"ms_per_step":[0-9.e+-]*' | cut -d: -f2 | median)
   [ -n "$ms" ] || { echo "ab_step_time: no ms_per_step in $bin's metrics after step 1" >&2; exit 1; }
   echo "$ms"
 }

@@ -33,7 +33,7 @@ train_ms() {  # NAME ARGS...
   local name=$1; shift
   ${LAUNCH:-} "$TRAIN" "$@" --metrics "$OUT/$name.jsonl" >"$OUT/$name.log" 2>&1 ||
     { echo "cpu_bench: meshrun-train failed:" >&2; tail -5 "$OUT/$name.log" >&2; exit 1; }
-  tail -n +2 "$OUT/$name.jsonl" | sed 's/.*"ms_per_step":\([0-9.e+-]*\).*/\1/' | median
+  grep '"record":"step"' "$OUT/$name.jsonl" | tail -n +2 | sed 's/.*"ms_per_step":\([0-9.e+-]*\).*/\1/' | median
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f\n", a / b }'; }
 
@@ -76,7 +76,7 @@ if command -v mpirun >/dev/null; then
   printf 'tiny  1 rank %7.1f ms/step, 2 ranks %7.1f ms/step, ratio %s (pairs: %s); 2-rank comm_exposed_ms (rank 0, median): %s\n' \
     "$(printf '%s\n' "${one[@]}" | median)" "$(printf '%s\n' "${two[@]}" | median)" \
     "$(printf '%s\n' "${ratios[@]}" | median)" "${ratios[*]}" \
-    "$(tail -n +2 "$OUT/tiny2.jsonl" | sed 's/.*"comm_exposed_ms":\([0-9.e+-]*\).*/\1/' | median)"
+    "$(grep '"record":"step"' "$OUT/tiny2.jsonl" | tail -n +2 | sed 's/.*"comm_exposed_ms":\([0-9.e+-]*\).*/\1/' | median)"
 else
   echo "skipped: mpirun not found; apt-get install openmpi-bin"
 fi

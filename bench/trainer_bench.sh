@@ -12,11 +12,11 @@ run() {  # NAME TEMPLATE ARGS...: median tokens/s and ms/step over the steps aft
   local name=$1 template=$2; shift 2
   ${LAUNCH:-} "$TRAIN" "$template" --metrics "$OUT/$name.jsonl" "$@" >"$OUT/$name.log"
   local tps ms
-  tps=$(tail -n +2 "$OUT/$name.jsonl" | sed 's/.*"tokens_per_s":\([0-9.e+-]*\).*/\1/' | median)
-  ms=$(tail -n +2 "$OUT/$name.jsonl" | sed 's/.*"ms_per_step":\([0-9.e+-]*\).*/\1/' | median)
+  tps=$(grep '"record":"step"' "$OUT/$name.jsonl" | tail -n +2 | sed 's/.*"tokens_per_s":\([0-9.e+-]*\).*/\1/' | median)
+  ms=$(grep '"record":"step"' "$OUT/$name.jsonl" | tail -n +2 | sed 's/.*"ms_per_step":\([0-9.e+-]*\).*/\1/' | median)
   printf '%-10s %s\n' "$name" "$(grep -o '[0-9]* parameters' "$OUT/$name.log")"
   printf '%-10s %.0f tokens/s, %.1f ms/step (median of %d steps after the first)\n' "$name" "$tps" "$ms" \
-    "$(($(wc -l <"$OUT/$name.jsonl") - 1))"
+    "$(($(grep -c '"record":"step"' "$OUT/$name.jsonl") - 1))"
 }
 ONE=(--set parallel.tp=1 --set parallel.dp=1)
 run tiny templates/tiny.toml "${ONE[@]}" --set training.steps=11

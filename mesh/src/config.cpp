@@ -53,6 +53,8 @@ std::vector<Field> make_schema() {
   add(field("job.partition", &JobConfig::job, &JobSpec::partition, V::string, "Slurm partition"));
   add(field("job.account", &JobConfig::job, &JobSpec::account, V::string, "Slurm account"));
   add(field("job.qos", &JobConfig::job, &JobSpec::qos, V::string, "Slurm QOS"));
+  add(field("job.output_dir", &JobConfig::job, &JobSpec::output_dir, V::string,
+            "meshrun-train's run directory: metrics.jsonl goes there (default: checkpoint.dir)"));
 
   add(at_most(at_least(field("cluster.nodes", &JobConfig::cluster, &ClusterSpec::nodes, V::integer, "node count (0 = from hostlist)"), 0), limits::kHosts));
   add(at_most(at_least(field("cluster.gpus_per_node", &JobConfig::cluster, &ClusterSpec::gpus_per_node, V::integer, "GPUs per node (0 = from node_type)"), 0), limits::kGpusPerNode));

@@ -194,7 +194,7 @@ SH
       fail "meshrun sbatch failed: $out"
     id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
     [ -n "$id" ] || fail "no job id in: $out"
-    for _ in $(seq 600); do [ -f m.jsonl ] && [ "$(wc -l <m.jsonl)" -ge 3 ] && break; sleep 0.1; done
+    for _ in $(seq 600); do [ -f m.jsonl ] && [ "$(grep -c '"record":"step"' m.jsonl)" -ge 3 ] && break; sleep 0.1; done
     T scancel --batch --signal=USR1 "$id" || fail "scancel --batch failed"
     # The requeued job starts once its old credential expires (~2 min), then resumes and finishes.
     for _ in $(seq 2400); do grep -q "training finished at step 12" "job-$id.out" 2>/dev/null && break; sleep 0.1; done
@@ -205,7 +205,7 @@ SH
     grep -q "resuming from $WORK/ck/step-$saved: step $saved" "job-$id.out" || fail "the requeued job did not resume at $saved: $log"
     grep -q "meshrun: training finished at step 12" "job-$id.out" || fail "the requeued job did not finish: $log"
     T scontrol show job "$id" | grep -q 'Restarts=1 ' || fail "Slurm counts no restart"
-    num() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+    num() { sed -n '/"record":"step"/s/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/p' "$1"; }
     diff <(num ref.jsonl) <(num m.jsonl) >/dev/null || fail "segments differ from the uninterrupted run: $(diff <(num ref.jsonl) <(num m.jsonl) | head -4)"
     say "job $id: USR1 -> saved step-$saved -> requeued -> resumed -> finished; 12 steps equal the uninterrupted run bit for bit"
     ;;

@@ -27,8 +27,8 @@ grep -q "parameters, fp32;" "$DIR/fp32.log" && pass "the fp32 run's header says 
 # 0.6 x the first); SCALE_STEP multiplies that step's bf16 loss by 1.06, the negative case.
 cat >"$DIR/check.py" <<'PY'
 import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+def losses(path): return [r["loss"] for r in map(json.loads, open(path)) if r.get("record") == "step"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
 if len(sys.argv) > 3: b[int(sys.argv[3]) - 1] *= 1.06
 if len(a) != 60 or len(b) != 60: sys.exit(f"expected 60 steps, got {len(a)} and {len(b)}")
 worst = max(range(60), key=lambda i: abs(b[i] - a[i]) / a[i])

@@ -12,7 +12,7 @@ DIR=$(mktemp -d /tmp/meshrun-ckpt-cli-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/cli_lib.sh"
 # step, loss, grad_norm, lr of every metrics line (the text is the shortest round-trip form: equal text = equal bits)
-numbers() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+numbers() { sed -n '/"record":"step"/s/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/p' "$1"; }
 
 "$TOKENIZE" "$DIR/corpus.bin" /usr/share/common-licenses >/dev/null || { echo "FAIL tokenizer"; exit 1; }
 STEPS=24

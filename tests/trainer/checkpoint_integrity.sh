@@ -96,7 +96,7 @@ expect 0 "resuming from $DIR/shared/step-12" "the lock ends with its run: the ne
 
 # 5. checkpoint.async: the same losses, checkpoints and final weights as synchronous saves, every save
 #    committed; a resume from an asynchronously written checkpoint ends with the same weights.
-numbers() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+numbers() { sed -n '/"record":"step"/s/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/p' "$1"; }
 for mode in sync async; do
   expect 0 "checkpoint committed: $DIR/$mode/step-8" "8 steps saving every 2 ($mode)" -- "${RUN[@]}" --set training.steps=8 \
     --set checkpoint.interval=2 --set checkpoint.dir="$DIR/$mode" --set checkpoint.async=$([[ $mode == async ]] && echo true || echo false) \
@@ -150,7 +150,7 @@ if mount -t tmpfs -o size=14m meshrun-test "$DIR/small" 2>/dev/null; then
   rm -rf "$DIR/small/b" && fallocate -l 12m "$DIR/small/fill"
   "${RUN[@]}" --set training.steps=400 --set checkpoint.dir="$DIR/small/c" --metrics "$DIR/c.jsonl" >"$DIR/c.out" 2>&1 &
   pid=$!
-  for _ in $(seq 600); do [[ -f $DIR/c.jsonl && $(wc -l <"$DIR/c.jsonl") -ge 3 ]] && break; sleep 0.1; done
+  for _ in $(seq 600); do [[ -f $DIR/c.jsonl && $(grep -c '"record":"step"' "$DIR/c.jsonl") -ge 3 ]] && break; sleep 0.1; done
   kill -USR1 "$pid"
   wait "$pid"; rc=$?
   read -r state at sig _ <"$DIR/small/c/status" 2>/dev/null

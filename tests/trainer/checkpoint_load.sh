@@ -18,7 +18,7 @@ write_lcg_corpus "$DIR/corpus.txt"
 RUN=("${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt"
      --set training.global_batch_size=8 --set training.steps=4 --set checkpoint.interval=2)
 # step, loss, grad_norm, lr of every metrics line (shortest round-trip text: equal text = equal bits)
-numbers() { sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/' "$1"; }
+numbers() { sed -n '/"record":"step"/s/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/p' "$1"; }
 
 # resumed_equal NAME CKPT_DIR SETTINGS...: the 4-step reference, then its step-4 removed and a resume from step-2.
 resumed_equal() {

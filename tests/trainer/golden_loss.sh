@@ -25,6 +25,7 @@ run() {  # NAME TEMPLATE ARGS...
   python3 - "$DIR/$name.jsonl" >"$DIR/$name.loss" <<'PY'
 import re, sys
 for line in open(sys.argv[1]):
+    if '"record":"step"' not in line: continue
     step = re.search(r'"step":(\d+)', line).group(1)
     loss = re.search(r'"loss":([^,}]+)', line).group(1)
     print(step, loss)

@@ -32,7 +32,7 @@ run_bg() {  # OUT: tiny on 4 ranks, long enough to be interrupted
   MESHRUN_STEP_TIMEOUT_S=8 "${MPI[@]}" -x MESHRUN_STEP_TIMEOUT_S -np 4 "$TRAIN" "$TEMPLATE" --set training.steps=500 \
     --set data.path="$DIR/corpus.bin" --metrics "$DIR/$1.jsonl" >"$DIR/$1.out" 2>&1 &
   pid=$!
-  for _ in $(seq 600); do [[ -f $DIR/$1.jsonl && $(wc -l <"$DIR/$1.jsonl") -ge 3 ]] && break; sleep 0.1; done
+  for _ in $(seq 600); do [[ -f $DIR/$1.jsonl && $(grep -c '"record":"step"' "$DIR/$1.jsonl") -ge 3 ]] && break; sleep 0.1; done
   victim=$(pgrep -P "$pid" | sed -n 2p)
 }
 run_bg stop

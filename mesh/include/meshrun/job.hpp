@@ -111,6 +111,7 @@ struct JobSpec {
   std::string name = "meshrun";
   std::string time = "01:00:00";
   std::string partition, account, qos;
+  std::string output_dir;  // the run's directory for meshrun-train's metrics (else checkpoint.dir's)
 };
 
 // Site policy for task environments. Only the site file (/etc/meshrun/site.toml or $MESHRUN_SITE_CONFIG) may

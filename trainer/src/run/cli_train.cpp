@@ -23,6 +23,7 @@
 #include "meshrun/train/checkpoint/safetensors.hpp"
 #include "meshrun/train/run/trainer.hpp"
 #include "metrics.hpp"
+#include "peak_probe.hpp"
 #include "signals.hpp"
 #include "step_log.hpp"
 #include "watchdog.hpp"
@@ -40,8 +41,10 @@ using namespace cli;
 namespace {
 
 const char* kUsage =
-    "usage: meshrun-train TEMPLATE.toml [--set section.key=value ...] [--metrics FILE.jsonl]\n"
+    "usage: meshrun-train TEMPLATE.toml [--set section.key=value ...] [--metrics FILE.jsonl | --no-metrics]\n"
     "                     [--site FILE | --no-site] [--count-params]\n"
+    "  --metrics: one JSON record per step (docs/trainer.md, Metrics); default job.output_dir/metrics.jsonl,\n"
+    "  else checkpoint.dir/metrics.jsonl, else none; a resumed run appends.\n"
     "  --count-params: print the model's parameter count (from the parameter table; allocates nothing) and exit.\n"
     "  Trains the template's model with its [parallel] layout; the MPI world must equal tp·cp·pp·dp.\n"
     "  Configuration layers as everywhere in meshrun: defaults < site file < template < environment < --set.\n"
@@ -52,7 +55,7 @@ const char* kUsage =
 
 struct Args {
   std::string template_path, metrics, site;
-  bool use_site = true, count_params = false;
+  bool use_site = true, count_params = false, no_metrics = false;
   std::vector<std::string> sets;
 };
 
@@ -67,6 +70,7 @@ Args parse_args(int argc, char** argv) {
     if (s == "--set") a.sets.push_back(next("--set"));
     else if (s.rfind("--set=", 0) == 0) a.sets.push_back(s.substr(6));
     else if (s == "--metrics") a.metrics = next("--metrics");
+    else if (s == "--no-metrics") a.no_metrics = true;
     else if (s.rfind("--metrics=", 0) == 0) a.metrics = s.substr(10);
     else if (s == "--site") a.site = next("--site");
     else if (s == "--no-site") a.use_site = false;
@@ -230,7 +234,7 @@ void check_save_writable(const CheckpointSpec& ck, int rank) {
   if (!all_ok(err.empty())) throw InputError(err.empty() ? "checkpoint.save is not writable" : err);
 }
 
-// --metrics: rank 0 opens the file; every rank learns whether it could.
+// The metrics file (metrics_target): rank 0 opens it; every rank learns whether it could.
 MetricsFile open_metrics(const std::string& path, int start, int rank) {
   MetricsFile metrics;
   std::string err;
@@ -335,11 +339,11 @@ struct RunCheckpoints {
 // Rank 0's output of a step: its line (memory after the first step) and metrics record.
 template <class T>
 void report_step(const Trainer<T>& trainer, const StepStats& st, const JobConfig& cfg, const Layout& layout, bool first,
-                 const Progress& progress, MetricsFile& metrics) {
-  print_step(st, cfg, first, progress);
+                 const Progress& progress, const Utilization& util, MetricsFile& metrics) {
+  print_step(st, cfg, first, progress, util);
   if (first) print_memory(trainer.memory(), layout.zero_stage, trainer.activation_bytes());
   std::fflush(stdout);
-  if (metrics) metrics.write(st, trainer.memory().total(), cfg.model.experts > 0);
+  if (metrics) metrics.write_step(st, trainer.memory().total(), cfg.model.experts > 0, util, progress.elapsed_s);
 }
 
 // After the last step: the final checkpoint and the status file, then checkpoint.save's gathered weights.
@@ -378,10 +382,18 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     start_fresh(trainer, cfg, rank);
   if (!ck.dir.empty() && rank == 0) std::remove(status_file_path(ck.dir).c_str());  // it speaks of this run only
   check_save_writable(ck, rank);
-  MetricsFile metrics = open_metrics(args.metrics, start, rank);
-  if (rank == 0)
-    print_run_banner(cfg, layout, trainer.table().global_size(), trainer.schedule().spec.kind,
-                     trainer.geometry().microbatches);
+  const MetricsTarget metrics_to = metrics_target(args.metrics, args.no_metrics, cfg);
+  MetricsFile metrics = open_metrics(metrics_to.path, start, rank);
+  const PeakFlops peak = measure_cpu_peak(MPI_COMM_WORLD, cfg.training.dtype);
+  const Utilization util = utilization(cfg, peak.flops_per_s, peak.source);
+  if (rank == 0) {
+    const PipelineSchedule kind = trainer.schedule().spec.kind;
+    print_run_banner(cfg, layout, trainer.table().global_size(), kind, trainer.geometry().microbatches);
+    print_utilization(util, metrics_to.path, metrics_to.why);
+    if (metrics)
+      metrics.write_run(cfg, layout, {start, trainer.table().global_size(), pipeline_schedule_name(kind),
+                                      trainer.geometry().microbatches, static_cast<int>(layout.world())}, util);
+  }
 
   RunCheckpoints<T> checkpoints{trainer, ck, *file, rank, SaveHistory{start > 0 ? start : -1}};
   if (!ck.dir.empty()) {
@@ -404,7 +416,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     progress_after(checkpoints.history.last_step_s, 10);
     run_progress = {since_loop(), s + 1 - start, cfg.training.steps - (s + 1)};
     last_loss = st.loss;
-    if (rank == 0) report_step(trainer, st, cfg, layout, s == start, run_progress, metrics);
+    if (rank == 0) report_step(trainer, st, cfg, layout, s == start, run_progress, util, metrics);
     if (ck.dir.empty()) continue;
     if (const int stop = agreed_stop_bits(); stop != 0) {  // every rank, every step: the same decision
       metrics.close();
@@ -419,7 +431,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   finish_run(trainer, cfg, checkpoints, rank);
   if (rank == 0 && run_progress.steps_done > 0) {
     run_progress.elapsed_s = since_loop();  // the final save included
-    print_run_summary(cfg, start, run_progress, last_loss, ck.dir.empty() ? "" : checkpoints.latest_text());
+    print_run_summary(cfg, start, run_progress, util, last_loss, ck.dir.empty() ? "" : checkpoints.latest_text());
   }
   return 0;
 }

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "meshrun/model_flops.hpp"
+
 namespace meshrun::train::cli {
 
 namespace {
@@ -37,6 +39,20 @@ void print_run_banner(const JobConfig& cfg, const Layout& layout, std::int64_t p
   std::fflush(stdout);
 }
 
+Utilization utilization(const JobConfig& cfg, double peak_flops, std::string peak_source) {
+  const double tokens = static_cast<double>(cfg.training.global_batch_size) * static_cast<double>(cfg.training.seq_len);
+  return {model_flops_per_token(cfg.model, cfg.training.seq_len) * tokens, peak_flops, std::move(peak_source)};
+}
+
+void print_utilization(const Utilization& u, const std::string& metrics_path, const std::string& metrics_why) {
+  std::printf("meshrun-train: MFU = %.4g GFLOP of model FLOPs per step (6·N_matmul·tokens + causal attention, "
+              "the planner's formula) / step time / peak %.4g GFLOP/s (%s)\n",
+              u.flops_per_step / 1e9, u.peak_flops / 1e9, u.peak_source.c_str());
+  if (!metrics_path.empty()) std::printf("meshrun-train: metrics: %s (%s)\n", metrics_path.c_str(), metrics_why.c_str());
+  else std::printf("meshrun-train: metrics: not written (%s)\n", metrics_why.c_str());
+  std::fflush(stdout);
+}
+
 std::string duration_text(double seconds) {
   char b[48];
   const long long s = static_cast<long long>(seconds + 0.5);
@@ -46,9 +62,10 @@ std::string duration_text(double seconds) {
   return b;
 }
 
-void print_step(const StepStats& st, const JobConfig& cfg, bool first, const Progress& p) {
-  std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s | %.1f ms/step", st.step,
-              cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, st.ms);
+void print_step(const StepStats& st, const JobConfig& cfg, bool first, const Progress& p, const Utilization& u) {
+  std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s global | MFU %.1f%% | %.1f ms/step",
+              st.step, cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, 100.0 * u.mfu(st.ms / 1000.0),
+              st.ms);
   if (cfg.model.experts > 0)
     std::printf(" | aux %.5f | expert tokens max %.0f mean %.1f | a2a %s", st.aux_loss, st.expert_tokens_max,
                 st.expert_tokens_mean, mib(st.a2a_bytes).c_str());
@@ -65,14 +82,14 @@ void print_step(const StepStats& st, const JobConfig& cfg, bool first, const Pro
   }
 }
 
-void print_run_summary(const JobConfig& cfg, int first_step, const Progress& p, double last_loss,
-                       const std::string& checkpoint) {
+void print_run_summary(const JobConfig& cfg, int first_step, const Progress& p, const Utilization& u,
+                       double last_loss, const std::string& checkpoint) {
   const double tokens = static_cast<double>(p.steps_done) * static_cast<double>(cfg.training.global_batch_size) *
                         static_cast<double>(cfg.training.seq_len);
   std::printf("meshrun-train: finished steps %d..%d (%d in this run) in %s from the first step to the end, saves "
-              "included: %.0f tokens, %.0f tok/s (all ranks, mean); last loss %.4f; %s\n",
+              "included: %.0f tokens, %.0f tok/s (all ranks, mean), MFU %.1f%% (mean); last loss %.4f; %s\n",
               first_step + 1, first_step + p.steps_done, p.steps_done, duration_text(p.elapsed_s).c_str(), tokens,
-              p.elapsed_s > 0 ? tokens / p.elapsed_s : 0.0, last_loss,
+              p.elapsed_s > 0 ? tokens / p.elapsed_s : 0.0, 100.0 * u.mfu(p.elapsed_s / p.steps_done), last_loss,
               checkpoint.empty() ? "no checkpoint.dir: nothing saved to resume from"
                                  : ("latest checkpoint " + checkpoint).c_str());
   std::fflush(stdout);
