@@ -30,6 +30,9 @@ const Command kCommands[] = {
 #ifdef MESHRUN_HAVE_CMD_RUN
     {"run", cmd_run, "launch a template with srun (in an allocation) or mpirun (locally)"},
 #endif
+#ifdef MESHRUN_HAVE_CMD_PLOT
+    {"plot", cmd_plot, "draw a run's metrics (loss, lr, grad norm, tokens/s, MFU) as SVG or PNG"},
+#endif
 #ifdef MESHRUN_HAVE_CMD_EXEC
     {"exec", cmd_exec, "per-task wrapper: set rank, GPU, CPU binding and NCCL, then exec a command"},
 #endif

@@ -20,7 +20,9 @@ constexpr int kOverviewCols = 64, kSquare = 9;
 constexpr int kLegendColW = 220;  // fits "stage 12: 8 layers in 4 chunks"
 constexpr int kMaxOverviewSquares = 4096;
 
-std::string esc(const std::string& s) {
+}  // namespace
+
+std::string svg_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
@@ -33,6 +35,8 @@ std::string esc(const std::string& s) {
   }
   return o;
 }
+
+namespace {
 
 // Light, distinguishable fills: a qualitative palette for short pipelines, evenly spaced hues beyond.
 std::string stage_color(int stage, int pp) {
@@ -120,7 +124,7 @@ class Canvas {
          << "/>\n";
   }
   void text(double x, double y, const std::string& s, const std::string& attrs = "") {
-    body << "<text x=\"" << x << "\" y=\"" << y << "\"" << (attrs.empty() ? "" : " " + attrs) << ">" << esc(s)
+    body << "<text x=\"" << x << "\" y=\"" << y << "\"" << (attrs.empty() ? "" : " " + attrs) << ">" << svg_escape(s)
          << "</text>\n";
   }
 };
@@ -150,7 +154,7 @@ int draw_nodes(Canvas& cv, const RankMap& map, const std::vector<int>& nodes, in
       int rank = map.rank_at(node, local);
       int x = x0 + kLabelW + local * (kCellW + kCellGap);
       Coord c = map.coords(rank);
-      cv.body << "<g><title>" << esc(hover(map, rank)) << "</title>\n";
+      cv.body << "<g><title>" << svg_escape(hover(map, rank)) << "</title>\n";
       cv.rect(x, y, kCellW, kCellH, "rx=\"5\" fill=\"" + stage_color(c.pp, l.pp) + "\" class=\"gpu\"");
       cv.text(x + kCellW / 2.0, y + 20, std::to_string(rank), "class=\"rank\"");
       cv.text(x + kCellW / 2.0, y + 36, cell_coords(map, rank), "class=\"coord\"");
@@ -207,7 +211,7 @@ int draw_schedule(Canvas& cv, const cli::ScheduleView& v, int x0, int y0, int* w
     for (const TimedAction& ta : tl.ranks[r]) {
       const Action& a = v.table.ranks[r][ta.index];
       const double x = left + ta.start * unit, w = (ta.end - ta.start) * unit;
-      cv.body << "<g><title>" << esc("rank " + std::to_string(r) + ": " + action_text(a)) << "</title>\n";
+      cv.body << "<g><title>" << svg_escape("rank " + std::to_string(r) + ": " + action_text(a)) << "</title>\n";
       if (a.kind == ActionKind::BW) {  // its B part, then its W part
         const double split = w * v.costs.b.front() / (v.costs.b.front() + v.costs.w.front());
         cv.rect(x, y, split, kTimelineRowH - 4, std::string("fill=\"") + kColorB + "\" class=\"act\"");
@@ -302,7 +306,7 @@ void render_svg(std::ostream& out, const RankMap& map, const Config& cfg, const 
       int yy = y + (s / kOverviewCols) * (kSquare + 1);
       cv.body << "<rect x=\"" << x << "\" y=\"" << yy << "\" width=\"" << kSquare << "\" height=\"" << kSquare
               << "\" fill=\"" << (mixed ? "#bbbbbb" : stage_color(stage, l.pp)) << "\""
-              << (drawn[node] ? " stroke=\"#222\" stroke-width=\"1.2\"" : "") << "><title>" << esc(cl.hosts[node])
+              << (drawn[node] ? " stroke=\"#222\" stroke-width=\"1.2\"" : "") << "><title>" << svg_escape(cl.hosts[node])
               << " (node " << node << "): " << (mixed ? "several stages" : "stage " + std::to_string(stage))
               << "</title></rect>\n";
     }

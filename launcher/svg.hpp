@@ -4,6 +4,7 @@
 // larger jobs show the nodes of one data-parallel replica in full and every node as a small square.
 #pragma once
 #include <ostream>
+#include <string>
 
 #include "meshrun/config.hpp"
 #include "meshrun/rank_map.hpp"
@@ -14,6 +15,10 @@ struct ScheduleView;
 }
 
 inline constexpr int kSvgDetailNodes = 16;
+
+// Text made safe inside an SVG element or attribute (&, <, >, "). Control bytes are the caller's: pass
+// untrusted text through cut_value() first (meshrun/bounded_file.hpp), which escapes them.
+std::string svg_escape(const std::string& s);
 
 // With a schedule (`--schedule`), the picture ends with its timeline: a row per pipeline rank, F, B and W
 // in their own colours (a fused BW drawn as its B part then its W part), idle time left blank.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Command-line cases of `meshrun exec|sbatch|run`, one per ctest entry: cli_cases.sh CASE
+# Command-line cases of `meshrun exec|sbatch|run|plot`, one per ctest entry: cli_cases.sh CASE
 # Needs MESHRUN (the binary) and SRC (the source tree). Every command runs in a clean environment (no host
 # SLURM_* variables) under a timeout; bad input must exit 2 with exactly one line on stderr.
 set -u
@@ -151,7 +151,7 @@ case $case_name in
     expect_bad "16384 ranks" "meshrun sbatch"
     ;;
   help)
-    for c in plan exec sbatch run; do
+    for c in plan exec sbatch run plot; do
       m -- "$c" --help
       expect_rc 0
       expect_out "usage: meshrun $c"
@@ -178,7 +178,7 @@ case $case_name in
       [ ! -s "$work/err" ] || fail "groff warnings: $(cat "$work/err")"
     fi
     MANWIDTH=200 man -l "$SRC/launcher/meshrun.1" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' >"$work/man.txt"
-    for c in plan exec sbatch run; do
+    for c in plan exec sbatch run plot; do
       m -- "$c" --help
       for opt in $(grep -o '^  --[a-z-]*' "$work/out"); do
         grep -q -- "$opt" "$work/man.txt" || fail "the man page does not mention $c's $opt"
@@ -198,6 +198,8 @@ case $case_name in
     complete_words meshrun plan templates/ti | grep -qx templates/tiny.toml || fail "template path"
     complete_words meshrun plan templates/tiny.toml --sch | grep -qx -- --schedule || fail "plan --schedule"
     complete_words meshrun run x.toml -- ech | grep -qx echo || fail "command after --"
+    complete_words meshrun plot tests/launcher/plot/run-tp | grep -qx tests/launcher/plot/run-tp2-dp2.jsonl || fail "plot: metrics file"
+    complete_words meshrun plot x.jsonl --tem | grep -qx -- --template || fail "plot --template"
     ;;
   run-trainer-command)
     # `-- meshrun-train T` gets the job's overrides: trained with pp = 2 and 2 steps, as the ranks are laid out.
@@ -238,7 +240,7 @@ case $case_name in
     m -- --version
     expect_rc 0
     [ "$(cat "$work/out")" = "meshrun $want" ] || fail "meshrun --version"
-    for sub in plan topo sbatch run exec; do
+    for sub in plan topo sbatch run exec plot; do
       m -- $sub --version
       expect_rc 0
       [ "$(cat "$work/out")" = "meshrun $sub $want" ] || fail "meshrun $sub --version"
@@ -283,6 +285,99 @@ case $case_name in
       m -- plan --no-site --nodes 2 --gpus-per-node 8 $flag
       expect_bad "$flag needs a template"
     done
+    ;;
+  plot-golden)
+    # Two fixture files of different layouts (tests/launcher/plot/): a resumed run (steps 11-14 rewritten, a
+    # straggler record to skip) and a step written twice (the first record a spike that must not show). The
+    # SVG is byte-identical to the golden file and between two runs; it parses as XML.
+    # MESHRUN_UPDATE_GOLDEN=1 rewrites the golden file after an intended change: review the picture and the diff.
+    fx=$SRC/tests/launcher/plot
+    golden=$SRC/tests/launcher/golden/plot-two-runs.svg
+    m -- plot "$fx/run-tp2-dp2.jsonl" "$fx/run-pp2-dp2.jsonl" -o "$work/a.svg"
+    expect_rc 0
+    if [ -s "$work/out" ] || [ -s "$work/err" ]; then fail "plot printed something"; fi
+    m -- plot "$fx/run-tp2-dp2.jsonl" "$fx/run-pp2-dp2.jsonl" -o "$work/b.svg"
+    cmp -s "$work/a.svg" "$work/b.svg" || fail "two runs on the same input differ"
+    if [ "${MESHRUN_UPDATE_GOLDEN:-}" = 1 ]; then cp "$work/a.svg" "$golden"; echo "updated $golden"; fi
+    diff -u "$golden" "$work/a.svg" >"$work/diff" || fail "differs from $golden (MESHRUN_UPDATE_GOLDEN=1 rewrites it): $(head -40 "$work/diff")"
+    if command -v xmllint >/dev/null; then
+      xmllint --noout "$work/a.svg" 2>"$work/err" || fail "xmllint: $(cat "$work/err")"
+    else
+      python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$work/a.svg" || fail "not XML"
+    fi
+    # What the golden file holds, said in words: both layouts, the resume, the panels, no spike at step 7.
+    for want in "tp2·dp2·zero1 (run-tp2-dp2.jsonl)" "pp2·dp2 (run-pp2-dp2.jsonl)" "resumed after step 10" \
+                ">loss<" ">learning rate<" ">grad norm<" ">tokens/s (global: all ranks)<" ">MFU (%)<" "circles: eval loss"; do
+      grep -qF -- "$want" "$work/a.svg" || fail "the SVG lacks: $want"
+    done
+    ;;
+  plot-bad-input)
+    # Bad input: exit 2, one line naming FILE:LINE (or FILE) and the problem, nothing written.
+    printf '{"step":1,"loss":5}\n{"step":2,"loss":\n' >"$work/bad.jsonl"
+    m -- plot "$work/bad.jsonl" -o "$work/x.svg"
+    expect_bad "meshrun plot: $work/bad.jsonl:2: not JSON"
+    [ ! -e "$work/x.svg" ] || fail "an output was written for bad input"
+    printf '{"record":"run","schema":1,"start_step":0}\n{"record":"straggler","rank":1}\n' >"$work/nosteps.jsonl"
+    m -- plot "$work/nosteps.jsonl" -o "$work/x.svg"
+    expect_bad "$work/nosteps.jsonl: no step records (2 lines, 1 run records)"
+    m -- plot "$work/missing.jsonl" -o "$work/x.svg"
+    expect_bad "$work/missing.jsonl: cannot read the metrics file (no such file)"
+    m -- plot "$work" -o "$work/x.svg"
+    expect_bad "is a directory"
+    m -- plot "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" -o "$work/x.svg" --colour red
+    expect_bad "unknown option '--colour'"
+    m -- plot "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl"
+    expect_bad "no output; give -o OUT.svg or -o OUT.png"
+    m -- plot "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" -o "$work/x.pdf"
+    expect_bad "must end in .svg or .png"
+    m -- plot -o "$work/x.svg"
+    expect_bad "no metrics file"
+    m -- plot "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" -o "$work/x.svg" --set training.steps=3
+    expect_bad "--set and the --mesh-*/--nodes/--site flags apply to --template"
+    m -- plot "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" -o "$work/no-such-dir/x.svg"
+    expect_bad "no-such-dir/x.svg: cannot write"
+    [ ! -e "$work/x.svg" ] || fail "an output was written for bad input"
+    # The planner cannot estimate tiny's CPU "GPUs": its own one-line reason.
+    m -- plot "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" -o "$work/x.svg" --template "$TINY" --no-site
+    expect_bad "--template: cluster.node_type 'generic' names no GPU model the planner knows"
+    ;;
+  plot-png)
+    # PNG through rsvg-convert; without it on PATH, one line naming the package, exit 2.
+    mkdir -p "$work/bin"
+    env -i PATH="$work/bin" HOME="$work" /usr/bin/timeout 60 "$MESHRUN" plot \
+      "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" -o "$work/x.png" >"$work/out" 2>"$work/err"
+    echo $? >"$work/rc"
+    expect_bad "-o $work/x.png needs rsvg-convert, which is not on PATH; install the package librsvg2-bin"
+    [ ! -e "$work/x.png" ] || fail "a PNG was written without rsvg-convert"
+    command -v rsvg-convert >/dev/null || { echo "SKIP: rsvg-convert not installed (package librsvg2-bin)"; exit 77; }
+    m PATH="$(dirname "$(command -v rsvg-convert)"):/usr/bin:/bin" -- plot "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" -o "$work/x.png"
+    expect_rc 0
+    [ "$(head -c 8 "$work/x.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "not a PNG"
+    ;;
+  plot-estimate)
+    # --template: the planner's figure (what plan --estimate prints per GPU) times the job's GPUs, as a dashed
+    # line when it is near the measured curves, as a note "above this axis" when it is far above them.
+    fx=$SRC/tests/launcher/plot/run-tp2-dp2.jsonl
+    m -- plan "$TINY" --no-site --estimate --set cluster.gpu=h100-sxm
+    expect_rc 0
+    per_gpu=$(sed -n 's/^  throughput  \([0-9]*\) tokens\/s per GPU.*/\1/p' "$work/out")
+    [ -n "$per_gpu" ] || fail "no throughput line in plan --estimate"
+    m -- plot "$fx" -o "$work/far.svg" --template "$TINY" --no-site --set cluster.gpu=h100-sxm
+    expect_rc 0
+    grep -qF "↑ planner estimate: $per_gpu tokens/s per GPU × 4 GPUs (h100-sxm), above this axis" "$work/far.svg" ||
+      fail "far.svg does not show plan --estimate's $per_gpu × 4 above the axis: $(grep -o 'planner estimate[^<]*' "$work/far.svg")"
+    [ "$(grep -c 'class="estimate"' "$work/far.svg")" = 1 ] || fail "an off-scale estimate drew a line"
+    # A GPU as slow as these cores: the estimate lands among the measured ~15k tokens/s and is drawn across.
+    slow="--set cluster.gpu_bf16_tflops=0.05 --set cluster.gpu_memory_gib=8 --set cluster.nic_gbps=10"
+    # shellcheck disable=SC2086  # the option list splits into words on purpose
+    m -- plan "$TINY" --no-site --estimate $slow
+    per_gpu=$(sed -n 's/^  throughput  \([0-9]*\) tokens\/s per GPU.*/\1/p' "$work/out")
+    # shellcheck disable=SC2086
+    m -- plot "$fx" -o "$work/near.svg" --template "$TINY" --no-site $slow
+    expect_rc 0
+    grep -qF "planner estimate: $per_gpu tokens/s per GPU × 4 GPUs" "$work/near.svg" || fail "near.svg lacks plan's $per_gpu"
+    grep -qF "above this axis" "$work/near.svg" && fail "a near estimate was put off the axis"
+    [ "$(grep -c 'class="estimate"' "$work/near.svg")" = 2 ] || fail "no dashed line across the panel"
     ;;
   *) echo "unknown case '$case_name'"; exit 2 ;;
 esac
