@@ -3,6 +3,8 @@
 // ordered sum (reduce_blocks), all_reduce is that plus an all-gather. Same traffic as a ring.
 #include "meshrun/comm/mpi.hpp"
 
+#include "meshrun/comm/wait_state.hpp"
+
 #include <climits>
 #include <cstring>
 #include <stdexcept>
@@ -31,7 +33,8 @@ void check(int rc, const char* what) {
 }
 }  // namespace
 
-MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+MpiComm::MpiComm(MPI_Comm comm, bool owned, const char* label, std::vector<int> world_ranks)
+    : comm_(comm), owned_(owned), label_(label), world_ranks_(std::move(world_ranks)) {
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);
   int* ub = nullptr;
@@ -68,12 +71,20 @@ void MpiComm::all_reduce(Buf b, ReduceOp op) {
 
 void MpiComm::broadcast(Buf b, int root) {
   if (size_ == 1) return;
+  const WaitScope waiting("broadcast", label_, -1);
   check(MPI_Bcast(b.p, count_of(b.n), mpi_type(b.t), root, comm_), "MPI_Bcast");
 }
 namespace {
 struct MpiPending : Request::Pending {
   MPI_Request req = MPI_REQUEST_NULL;
-  void wait() override { check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); }
+  const char* op = "?";     // what a wait on it reports (wait_state.hpp)
+  const char* group = "?";
+  int peer = -1;            // world rank, point-to-point only
+  MpiPending(const char* o, const char* g, int p) : op(o), group(g), peer(p) {}
+  void wait() override {
+    const WaitScope waiting(op, group, peer);
+    check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
   bool test() override {
     int done = 0;
     check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -82,6 +93,7 @@ struct MpiPending : Request::Pending {
 };
 // The non-blocking reduce_scatter: the all-to-all of blocks in flight, the ordered sum when it is done.
 struct MpiReduceScatter final : MpiPending {
+  using MpiPending::MpiPending;
   std::vector<char> blocks;
   void* recv = nullptr;
   std::int64_t n = 0;
@@ -111,7 +123,7 @@ Request MpiComm::ireduce_scatter(Buf sb, Buf rb, ReduceOp op) {
     if (send != recv) std::memmove(recv, send, static_cast<std::size_t>(n) * dtype_size(t));
     return Request();
   }
-  auto rs = std::make_unique<MpiReduceScatter>();
+  auto rs = std::make_unique<MpiReduceScatter>("reduce_scatter", label_, -1);
   rs->blocks.resize(static_cast<std::size_t>(n) * size_ * dtype_size(t));
   rs->recv = recv;
   rs->n = n;
@@ -134,7 +146,7 @@ Request MpiComm::iall_gather(Buf sb, Buf rb) {
   }
   const char* own = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * n * dtype_size(t);
   const void* src = (send == own) ? MPI_IN_PLACE : send;
-  auto op = std::make_unique<MpiPending>();
+  auto op = std::make_unique<MpiPending>("all_gather", label_, -1);
   check(MPI_Iallgather(src, count_of(n), mpi_type(t), recv, count_of(n), mpi_type(t), comm_, &op->req),
         "MPI_Iallgather");
   return Request(std::move(op));
@@ -142,13 +154,13 @@ Request MpiComm::iall_gather(Buf sb, Buf rb) {
 
 Request MpiComm::isend(Buf b, int peer, int tag) {
   check_tag(tag, tag_ub_);
-  auto op = std::make_unique<MpiPending>();
+  auto op = std::make_unique<MpiPending>("send", label_, world_rank(peer));
   check(MPI_Isend(b.p, count_of(b.n), mpi_type(b.t), peer, tag, comm_, &op->req), "MPI_Isend");
   return Request(std::move(op));
 }
 Request MpiComm::irecv(Buf b, int peer, int tag) {
   check_tag(tag, tag_ub_);
-  auto op = std::make_unique<MpiPending>();
+  auto op = std::make_unique<MpiPending>("recv", label_, world_rank(peer));
   check(MPI_Irecv(b.p, count_of(b.n), mpi_type(b.t), peer, tag, comm_, &op->req), "MPI_Irecv");
   return Request(std::move(op));
 }
@@ -166,10 +178,14 @@ void MpiComm::all_to_all(Buf sb, const std::int64_t* send_counts, Buf rb, const 
     so += send_counts[r];
     ro += recv_counts[r];
   }
+  const WaitScope waiting("all_to_all", label_, -1);
   check(MPI_Alltoallv(send, sc.data(), sd.data(), mpi_type(t), recv, rc.data(), rd.data(), mpi_type(t), comm_),
         "MPI_Alltoallv");
 }
-void MpiComm::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiComm::barrier() {
+  const WaitScope waiting("barrier", label_, -1);
+  check(MPI_Barrier(comm_), "MPI_Barrier");
+}
 
 Groups make_mpi_groups(MPI_Comm base, const RankGrid& grid) {
   int rank = 0, size = 0;
@@ -183,7 +199,7 @@ Groups make_mpi_groups(MPI_Comm base, const RankGrid& grid) {
     const std::vector<int> members = grid.group_of(rank, k);
     MPI_Comm sub = MPI_COMM_NULL;
     check(MPI_Comm_split(base, members.front(), grid.index_in_group(rank, k), &sub), "MPI_Comm_split");
-    g.by_kind[static_cast<int>(k)] = std::make_unique<MpiComm>(sub, true);
+    g.by_kind[static_cast<int>(k)] = std::make_unique<MpiComm>(sub, true, group_name(k), members);
   }
   MPI_Comm dup = MPI_COMM_NULL;
   check(MPI_Comm_dup(base, &dup), "MPI_Comm_dup");

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <memory>
+#include <vector>
 
 #include "meshrun/comm/comm.hpp"
 #include "meshrun/comm/groups.hpp"
@@ -18,7 +19,9 @@ class MpiComm final : public Comm {
   using Comm::reduce_scatter;
   using Comm::ireduce_scatter;
   using Comm::iall_gather;
-  explicit MpiComm(MPI_Comm comm, bool owned);  // owned: MPI_Comm_free on destruction
+  // owned: MPI_Comm_free on destruction. `label` names the group in wait reports (wait_state.hpp);
+  // world_ranks[r] is member r's world rank (empty: the ranks are world ranks).
+  MpiComm(MPI_Comm comm, bool owned, const char* label = "world", std::vector<int> world_ranks = {});
   ~MpiComm() override;
   MpiComm(const MpiComm&) = delete;
   MpiComm& operator=(const MpiComm&) = delete;
@@ -38,8 +41,11 @@ class MpiComm final : public Comm {
   MPI_Comm handle() const { return comm_; }
 
  private:
+  int world_rank(int peer) const { return world_ranks_.empty() ? peer : world_ranks_[static_cast<std::size_t>(peer)]; }
   MPI_Comm comm_;
   bool owned_;
+  const char* label_;
+  std::vector<int> world_ranks_;
   int size_ = 1, rank_ = 0;
   int tag_ub_ = 32767;  // MPI_TAG_UB (the standard guarantees at least 32767)
 };

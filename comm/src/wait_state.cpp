@@ -1,0 +1,45 @@
+#include "meshrun/comm/wait_state.hpp"
+
+#include <atomic>
+#include <chrono>
+
+namespace meshrun::comm {
+
+namespace {
+std::atomic<const char*> g_op{nullptr};
+std::atomic<const char*> g_group{nullptr};
+std::atomic<int> g_peer{-1};
+std::atomic<double> g_since{0};
+std::atomic<double> g_total{0};
+}  // namespace
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+WaitInfo current_wait() {
+  WaitInfo w;
+  w.op = g_op.load();
+  w.group = g_group.load();
+  w.peer = g_peer.load();
+  w.since_s = g_since.load();
+  return w;
+}
+
+double total_wait_seconds() { return g_total.load(); }
+
+WaitScope::WaitScope(const char* op, const char* group, int peer) : t0_(steady_seconds()), outer_(g_op.load() == nullptr) {
+  if (!outer_) return;
+  g_group = group;
+  g_peer = peer;
+  g_since = t0_;
+  g_op = op;  // last: a reader that sees the op sees the rest of this wait
+}
+
+WaitScope::~WaitScope() {
+  if (!outer_) return;
+  g_op = nullptr;
+  g_total = g_total.load() + (steady_seconds() - t0_);
+}
+
+}  // namespace meshrun::comm
