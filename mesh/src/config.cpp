@@ -127,6 +127,10 @@ std::vector<Field> make_schema() {
   add(choose(field("training.recompute", &JobConfig::training, &TrainingSpec::recompute, V::string, "activation recomputation"), {"none", "selective", "full"}));
   add(choose(field("training.dtype", &JobConfig::training, &TrainingSpec::dtype, V::string, "CPU trainer dtype"), {"fp32", "fp64", "bf16"}));
   add(choose(field("training.device", &JobConfig::training, &TrainingSpec::device, V::string, "kernel backend"), {"cpu", "cuda"}));
+  add(at_least(field("training.straggler_interval", &JobConfig::training, &TrainingSpec::straggler_interval, V::integer,
+                     "steps between straggler reports (0 = off)"), 0));
+  add(nonneg(field("training.straggler_margin", &JobConfig::training, &TrainingSpec::straggler_margin, V::number,
+                   "compute time above the ranks' median that names a straggler (0.3 = 30%)")));
   std::vector<std::string> dtypes{"fp8", "bf16", "fp16", "fp32"};
   add(choose(field("training.param_dtype", &JobConfig::training, &TrainingSpec::param_dtype, V::string, "planner: parameter dtype"), dtypes));
   add(choose(field("training.grad_dtype", &JobConfig::training, &TrainingSpec::grad_dtype, V::string, "planner: gradient dtype"), dtypes));

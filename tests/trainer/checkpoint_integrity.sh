@@ -136,7 +136,7 @@ if mount -t tmpfs -o size=14m meshrun-test "$DIR/small" 2>/dev/null; then
   grep -q "checkpoint of step 4 not saved: rank .*No space left on device.*; training continues, latest checkpoint: step-2 (1 of checkpoint.max_failures = 3" "$DIR/out" &&
     pass "the failed save of step 4 is one line and training continues" || bad "no continue line for step 4"
   grep -q "step     6/6" "$DIR/out" && pass "steps 5 and 6 ran after the failure" || bad "the run stopped at the failure"
-  [[ $(ls "$DIR/small/a") == "$(printf 'latest\nlock\nstep-2')" ]] && pass "no step-*.tmp left: only step-2, latest and the lock remain" ||
+  [[ $(ls "$DIR/small/a") == "$(printf 'latest\nlock\nmetrics.jsonl\nstep-2')" ]] && pass "no step-*.tmp left: only step-2, latest, the lock and the metrics remain" ||
     bad "left behind: $(ls "$DIR/small/a" | tr '\n' ' ')"
   used=$(df --output=used -k "$DIR/small" | tail -1)
   [[ $used -lt 11000 ]] && pass "the space of the failed saves is given back ($used KiB used)" || bad "$used KiB used after the failures"

@@ -57,4 +57,9 @@ expect 0 "metrics: not written (no --metrics, job.output_dir or checkpoint.dir)"
 expect 2 "cannot write metrics file /proc/meshrun-no/metrics.jsonl" "an unwritable job.output_dir is refused" -- \
   "${RUN[@]}" --set job.output_dir=/proc/meshrun-no
 grep -q "^step " "$DIR/out" && bad "steps ran despite the refused metrics file" || pass "no step ran"
+# 5. A write that fails (a full disk: /dev/full) is said once; training goes on and ends normally.
+expect 0 "warning: cannot write the metrics file /dev/full (No space left on device); records from here on may be missing, training continues" \
+  "a full disk: one warning, training continues" -- "${RUN[@]}" --metrics /dev/full
+[[ $(grep -c "cannot write the metrics file" "$DIR/out") -eq 1 ]] && grep -q "^step     4/4" "$DIR/out" &&
+  pass "said once, all 4 steps ran" || bad "the warning is not said exactly once or the run stopped"
 exit $fail

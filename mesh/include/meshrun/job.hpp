@@ -84,6 +84,10 @@ struct TrainingSpec {
   std::string param_dtype = "bf16";
   std::string grad_dtype = "fp32";
   std::string optim_dtype = "fp32";   // master weights and both Adam moments
+  // meshrun-train's straggler report: every straggler_interval steps (0 = off) the ranks compare their
+  // compute time (step time minus communication waits); one more than straggler_margin above the median is named.
+  int straggler_interval = 10;
+  double straggler_margin = 0.3;
 };
 
 struct DataSpec {

@@ -22,10 +22,13 @@
 #include "meshrun/train/run/cli.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
 #include "meshrun/train/run/trainer.hpp"
+#include "heartbeat.hpp"
+#include "meshrun/comm/wait_state.hpp"
 #include "metrics.hpp"
 #include "peak_probe.hpp"
 #include "signals.hpp"
 #include "step_log.hpp"
+#include "stragglers.hpp"
 #include "watchdog.hpp"
 #include "meshrun/comm/mpi.hpp"
 #include "meshrun/version.hpp"
@@ -367,6 +370,8 @@ template <class T>
 int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank) {
   const RankGrid grid(layout);
   Groups groups = make_mpi_groups(MPI_COMM_WORLD, grid);
+  const std::vector<RankPlace> places = gather_places(MPI_COMM_WORLD, grid);
+  Heartbeat heartbeat(MPI_COMM_WORLD, places, heartbeat_timeout_from_env());
   const std::unique_ptr<TokenFile> file = load_token_file(cfg, rank);
   const BatchSchedule schedule(*file, cfg.training.seq_len, cfg.training.global_batch_size, cfg.data.shuffle,
                                cfg.training.seed);
@@ -390,6 +395,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     const PipelineSchedule kind = trainer.schedule().spec.kind;
     print_run_banner(cfg, layout, trainer.table().global_size(), kind, trainer.geometry().microbatches);
     print_utilization(util, metrics_to.path, metrics_to.why);
+    std::printf("meshrun-train: %s\n", heartbeat.status().c_str());
+    std::fflush(stdout);
     if (metrics)
       metrics.write_run(cfg, layout, {start, trainer.table().global_size(), pipeline_schedule_name(kind),
                                       trainer.geometry().microbatches, static_cast<int>(layout.world())}, util);
@@ -410,8 +417,17 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   const auto since_loop = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_t0).count(); };
   Progress run_progress;
   double last_loss = 0;
+  StragglerWatch stragglers(MPI_COMM_WORLD, cfg.training.straggler_interval, cfg.training.straggler_margin);
   for (int s = start; s < cfg.training.steps; ++s) {
+    heartbeat.set_step(s + 1);
+    const double waited_before = comm::total_wait_seconds();
     const StepStats st = trainer.step(s, schedule);
+    StragglerReport late;
+    if (stragglers.after_step(s + 1, st.ms / 1000.0, comm::total_wait_seconds() - waited_before, &late))
+      for (const Straggler& slow : late.slow) {
+        std::printf("%s\n", straggler_line(late, slow, places, cfg.training.straggler_margin).c_str());
+        if (metrics) metrics.write_straggler(late, slow, places[static_cast<std::size_t>(slow.rank)]);
+      }
     checkpoints.history.last_step_s = st.ms / 1000.0;
     progress_after(checkpoints.history.last_step_s, 10);
     run_progress = {since_loop(), s + 1 - start, cfg.training.steps - (s + 1)};

@@ -57,14 +57,21 @@ std::string MetricsFile::open(const std::string& path, int start) {
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (start > 0) truncate_metrics(path, start);
   f_ = std::fopen(path.c_str(), start > 0 ? "a" : "w");
+  path_ = path;
   if (f_) return "";
   const std::string why = std::strerror(errno);
   return "cannot write metrics file " + path + " (" + why + "); check the directory or pass --metrics FILE";
 }
 
 void MetricsFile::write_line(const std::string& line) {
-  std::fprintf(f_, "%s\n", line.c_str());
-  std::fflush(f_);
+  const bool ok = std::fprintf(f_, "%s\n", line.c_str()) >= 0 && std::fflush(f_) == 0;
+  if (!ok && !failed_) {  // a full disk: said once, training goes on
+    failed_ = true;
+    std::printf("meshrun-train: warning: cannot write the metrics file %s (%s); records from here on may be missing, "
+                "training continues\n", path_.c_str(), std::strerror(errno));
+    std::fflush(stdout);
+  }
+  if (ok) failed_ = false;
 }
 
 void MetricsFile::write_run(const JobConfig& cfg, const Layout& layout, const RunFacts& run, const Utilization& u) {
@@ -140,6 +147,28 @@ void MetricsFile::write_step(const StepStats& st, std::int64_t memory_bytes, boo
         .field("expert_tokens_mean", st.expert_tokens_mean)
         .field("a2a_bytes", st.a2a_bytes);
   w.end_object();
+  write_line(line);
+}
+
+void MetricsFile::write_straggler(const StragglerReport& r, const Straggler& s, const RankPlace& place) {
+  std::string line;
+  JsonWriter w(line);
+  w.begin_object()
+      .field("record", "straggler")
+      .field("step", r.last_step)
+      .field("first_step", r.first_step)
+      .field("rank", s.rank)
+      .field("node", place.node)
+      .field("host", place.host)
+      .field("pp", place.coord.pp)
+      .field("dp", place.coord.dp)
+      .field("tp", place.coord.tp)
+      .field("cp", place.coord.cp)
+      .field("compute_ms", s.compute_ms)
+      .field("median_compute_ms", r.median_compute_ms)
+      .field("wait_ms", s.wait_ms)
+      .field("median_wait_ms", r.median_wait_ms)
+      .end_object();
   write_line(line);
 }
 

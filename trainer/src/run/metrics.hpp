@@ -11,6 +11,7 @@
 #include "meshrun/layout.hpp"
 #include "meshrun/train/run/trainer.hpp"
 #include "step_log.hpp"
+#include "stragglers.hpp"
 
 namespace meshrun::train::cli {
 
@@ -36,7 +37,7 @@ struct RunFacts {
 class MetricsFile {
  public:
   MetricsFile() = default;
-  MetricsFile(MetricsFile&& o) noexcept : f_(o.f_) { o.f_ = nullptr; }
+  MetricsFile(MetricsFile&& o) noexcept : f_(o.f_), path_(std::move(o.path_)) { o.f_ = nullptr; }
   MetricsFile& operator=(MetricsFile&&) = delete;
   MetricsFile(const MetricsFile&) = delete;
   ~MetricsFile() { close(); }
@@ -51,11 +52,15 @@ class MetricsFile {
   // One step record, flushed (a killed run keeps every step it printed).
   void write_step(const StepStats& st, std::int64_t memory_bytes, bool experts, const Utilization& u,
                   double elapsed_s);
+  // A straggler named at the end of a window (stragglers.hpp); flushed.
+  void write_straggler(const StragglerReport& r, const Straggler& s, const RankPlace& place);
   void close();
 
  private:
   void write_line(const std::string& line);
   std::FILE* f_ = nullptr;
+  std::string path_;
+  bool failed_ = false;  // the last write failed (warned once per failure streak)
 };
 
 }  // namespace meshrun::train::cli

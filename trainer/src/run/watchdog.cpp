@@ -9,6 +9,9 @@
 #include <string>
 #include <thread>
 
+#include "heartbeat.hpp"
+#include "meshrun/comm/wait_state.hpp"
+
 namespace meshrun::train::cli {
 
 namespace {
@@ -58,8 +61,18 @@ void start_watchdog() {
         ::_exit(1);
       }
       if (g_wd_phase == WatchdogPhase::steps && step_floor > 0 && now - g_wd_last > g_wd_limit) {
+        // What this rank waits in, and on rank 0 with the heartbeat on, every rank's last word (the ranks not
+        // waiting in communication are where the job stopped).
+        const comm::WaitInfo w = comm::current_wait();
+        char waiting[160] = "not in a communication wait";
+        if (w.op)
+          std::snprintf(waiting, sizeof waiting, "waiting in %s%s%s (%s) for %.0f s", w.op, w.peer >= 0 ? " with rank " : "",
+                        w.peer >= 0 ? std::to_string(w.peer).c_str() : "", w.group, now - w.since_s);
+        const std::string all = heartbeat_picture();
         std::fprintf(stderr, "meshrun-train: rank %s on %s: no progress for %.0f s (limit %.0f s): a peer rank died or stopped "
-                     "answering inside a collective; ending this rank\n", who.c_str(), host, now - g_wd_last.load(), g_wd_limit.load());
+                     "answering inside a collective (this rank: %s)%s%s; ending this rank\n", who.c_str(), host,
+                     now - g_wd_last.load(), g_wd_limit.load(), waiting, all.empty() ? "" : "; every rank's last heartbeat: ",
+                     all.c_str());
         std::fflush(stderr);
         ::_exit(1);
       }
