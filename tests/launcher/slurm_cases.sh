@@ -237,5 +237,51 @@ SH
     grep -q "task 2: Killed" "job-$id.out" || fail "no line names task 2: $(tail -8 "job-$id.out")"
     say "job $id: kill -9 of rank 2 ended the job after ${t} s; $(grep -m1 'task 2: Killed' "job-$id.out")"
     ;;
+  trainer_observe)
+    # Issue 29 under srun --mpi=pmix, 2 nodes x 2 ranks: (1) rank 3, slowed for real by SIGSTOP/SIGCONT cycles
+    # from here, is named as a straggler with its Slurm node; (2) rank 2, stopped, is named by rank 0's
+    # heartbeat (not by itself) and the job ends well inside 60 s.
+    [ -x "${TRAINER_BIN:-}" ] || { echo "SKIP: meshrun-train not built"; exit 77; }
+    "$(dirname "$TRAINER_BIN")/meshrun-tokenize" "$WORK/corpus.bin" /usr/share/common-licenses >/dev/null || fail "tokenizer"
+    # rank_pid JOB RANK: the pid of that job's meshrun-train with SLURM_PROCID = RANK
+    rank_pid() {
+      local p env
+      for p in $(pgrep -x meshrun-train); do
+        env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+        echo "$env" | grep -qx "SLURM_JOB_ID=$1" && echo "$env" | grep -qx "SLURM_PROCID=$2" && { echo "$p"; return; }
+      done
+    }
+    submit() {  # STEPS EXTRA_SETS...: a running job's id once it reached step 3
+      local steps=$1; shift
+      out=$(MESHRUN_HEARTBEAT_TIMEOUT_S=5 T "$MESHRUN_BIN" sbatch "$TINY" --no-site --plugin no --nodes 2 --gpus-per-node 2 \
+        --set data.path="$WORK/corpus.bin" --set training.steps="$steps" "$@" --output "$WORK/job-%j.out") ||
+        fail "meshrun sbatch failed: $out"
+      id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+      [ -n "$id" ] || fail "no job id in: $out"
+      for _ in $(seq 600); do grep -q '^step *3/' "job-$id.out" 2>/dev/null && break; sleep 0.1; done
+      grep -q '^step *3/' "job-$id.out" 2>/dev/null || { T scancel "$id"; fail "job $id did not reach step 3: $(tail -5 "job-$id.out" 2>&1)"; }
+    }
+    submit 40 --set training.straggler_interval=10
+    victim=$(rank_pid "$id" 3)
+    [ -n "$victim" ] || { T scancel "$id"; fail "rank 3 of job $id not found"; }
+    while kill -STOP "$victim" 2>/dev/null; do sleep 0.1; kill -CONT "$victim" 2>/dev/null; sleep 0.1; done
+    wait_job "$id"
+    [ "$(job_state "$id")" = COMPLETED ] || fail "job $id: $(job_state "$id"): $(tail -5 "job-$id.out")"
+    grep -qE "^meshrun-train: straggler at steps [0-9]+-[0-9]+: rank 3 on node n2 \(host [^,]*, pp 0 dp 1 tp 1 cp 0\) computes" "job-$id.out" ||
+      fail "rank 3 on n2 not named as a straggler: $(grep -E 'straggler|finished' "job-$id.out" | head -5)"
+    say "job $id: $(grep -c ': rank 3 on node n2' "job-$id.out") windows name rank 3 on n2, e.g. $(grep -m1 'straggler at' "job-$id.out" | cut -c1-200)"
+    submit 5000
+    victim=$(rank_pid "$id" 2)
+    [ -n "$victim" ] || { T scancel "$id"; fail "rank 2 of job $id not found"; }
+    kill -STOP "$victim"
+    t0=$(date +%s)
+    wait_job "$id"
+    t=$(($(date +%s) - t0))
+    kill -KILL "$victim" 2>/dev/null
+    [ "$t" -lt 60 ] || fail "job $id ended ${t} s after the stop"
+    grep -q "^meshrun-train: rank 2 on node n2 (host [^,]*, pp 0 dp 1 tp 0 cp 0) sent no heartbeat for [0-9]* s (limit 5 s): .*the others: rank 0 waits in .*; ending the job$" "job-$id.out" ||
+      fail "no heartbeat line naming rank 2 on n2: $(grep -v '^step' "job-$id.out" | tail -6)"
+    say "job $id: SIGSTOP of rank 2 ended the job after ${t} s: $(grep -m1 'sent no heartbeat' "job-$id.out" | cut -c1-220)"
+    ;;
   *) echo "unknown case '$NAME'"; exit 2 ;;
 esac
