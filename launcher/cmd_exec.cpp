@@ -10,12 +10,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "config_flags.hpp"
 #include "launch_common.hpp"
+#include "meshrun/bridges.hpp"
+#include "meshrun/geometry.hpp"
 #include "meshrun/site_policy.hpp"
 #include "meshrun/task_env.hpp"
 #include "meshrun/topology.hpp"
@@ -41,11 +44,16 @@ const char* kExecHelp =
     "                         this machine, read with hwloc)\n"
     "  --no-bind              leave the CPU affinity alone\n"
     "  --print-env            print the computed variables (NAME=value) and exit instead of running COMMAND\n"
+    "  --for megatron|torchtitan\n"
+    "                         append the framework's own flags for this layout to COMMAND (parallel sizes,\n"
+    "                         virtual stages, sequence parallelism, ZeRO; with --template also the batch);\n"
+    "                         a layout it cannot express is refused (docs/launcher.md, Bridges)\n"
     "%s"
     "\n"
     "examples:\n"
     "  srun --ntasks-per-node=8 meshrun exec --template llama3-8b.toml -- python train.py\n"
     "  mpirun -np 4 meshrun exec --template templates/tiny.toml -- meshrun-train templates/tiny.toml\n"
+    "  srun meshrun exec --template gpt.toml --for megatron -- python pretrain_gpt.py --num-layers 32 ...\n"
     "  meshrun exec --template templates/tiny.toml --rank 3 --world-size 4 --print-env\n"
     "\n"
     "exit status: COMMAND's; 2 bad input (one line on stderr), nothing is run then\n";
@@ -54,6 +62,8 @@ int fail(const std::string& msg) {
   std::fprintf(stderr, "meshrun exec: %s\n", meshrun::cut_long_values(msg).c_str());
   return 2;
 }
+
+std::string framework_label(meshrun::Framework f) { return f == meshrun::Framework::megatron ? "megatron" : "torchtitan"; }
 
 int to_int(const std::string& text, const std::string& what, int lo) {
   int v = 0;
@@ -88,6 +98,7 @@ meshrun::TaskContext context_from_mpirun(const std::map<std::string, std::string
   ctx.local_rank = get("OMPI_COMM_WORLD_LOCAL_RANK");
   ctx.local_world = get("OMPI_COMM_WORLD_LOCAL_SIZE");
   ctx.node_id = ctx.local_world > 0 ? ctx.rank / ctx.local_world : 0;
+  ctx.omp_threads_given = find(env, "OMP_NUM_THREADS") != nullptr;
   if (const std::string* id = find(env, "OMPI_MCA_ess_base_jobid")) {
     uint32_t v = 0;
     std::from_chars(id->data(), id->data() + id->size(), v);
@@ -106,6 +117,7 @@ int cmd_exec(int argc, char** argv) {
   Explicit expl;
   std::string topology_xml;
   bool bind = true, print_env = false;
+  std::optional<Framework> framework;
   try {
     for (size_t i = 0; i < args.size();) {
       const std::string& a = args[i];
@@ -126,6 +138,11 @@ int cmd_exec(int argc, char** argv) {
       if (value("--local-rank", &v)) { expl.local_rank = to_int(v, "--local-rank", 0); continue; }
       if (value("--master-addr", &v)) { expl.master_addr = v; continue; }
       if (value("--topology", &v)) { topology_xml = v; continue; }
+      if (value("--for", &v)) {
+        framework = parse_framework(v);
+        if (!framework) throw ConfigError("--for " + v + ": unknown framework; use megatron or torchtitan");
+        continue;
+      }
       if (a == "--no-bind") { bind = false; ++i; continue; }
       if (a == "--print-env") { print_env = true; ++i; continue; }
       throw ConfigError("unknown option '" + a + "'; put the command after '--' (see 'meshrun exec --help')");
@@ -157,6 +174,7 @@ int cmd_exec(int argc, char** argv) {
     GpuAllocation gpus;
     if (expl.rank >= 0) {
       mode = "flags";
+      ctx.omp_threads_given = find(env, "OMP_NUM_THREADS") != nullptr;
       ctx.rank = expl.rank;
       ctx.world = expl.world;
     } else if (find(env, "OMPI_COMM_WORLD_RANK")) {
@@ -173,6 +191,19 @@ int cmd_exec(int argc, char** argv) {
     if (mode != "slurm") gpus = gpu_allocation_from_slurm(env);
     launch::Resolved r = launch::resolve(build_config(req));
     RankMap map(r.layout, r.cluster);
+    if (framework) {  // the framework's flags, checked against the command's own
+      std::optional<BatchGeometry> geometry;
+      if (!req.template_path.empty()) {
+        std::string why;
+        geometry = batch_geometry(r.cfg.job.training, r.layout, &why);
+        if (!geometry) throw ConfigError(why);
+      }
+      FrameworkFlags ff = framework_flags(*framework, r.cfg.job, r.layout, geometry ? &*geometry : nullptr);
+      if (!ff.refusal.empty()) throw ConfigError("--for " + framework_label(*framework) + ": " + ff.refusal);
+      if (const std::string clash = merge_with_command(command, &ff.flags); !clash.empty())
+        throw ConfigError("--for " + framework_label(*framework) + ": " + clash);
+      command.insert(command.end(), ff.flags.begin(), ff.flags.end());
+    }
     if (mode == "flags") {
       if (ctx.world != map.world())
         throw TaskEnvError("--world-size " + std::to_string(ctx.world) + " but the layout needs " +
@@ -221,18 +252,25 @@ int cmd_exec(int argc, char** argv) {
     return fail(e.what());
   }
 
-  if (ctx.rank == 0)
+  if (ctx.rank == 0) {
     for (const auto& w : task.warnings) std::fprintf(stderr, "meshrun exec: warning: %s\n", meshrun::cut_long_values(w).c_str());
+  }
+  auto say_notes = [&] {  // once the task will run (a refusal stays one line)
+    if (ctx.rank == 0)
+      for (const auto& n : task.notes) std::fprintf(stderr, "meshrun exec: note: %s\n", meshrun::cut_long_values(n).c_str());
+  };
   // Multi-node NVLink needs an IMEX channel on the node the task runs on (checked before running; --print-env
   // only warns, it may run on a login node).
   std::string imex;
   if (const std::string* mnnvl = task.get("NCCL_MNNVL_ENABLE"); mnnvl && *mnnvl == "1") imex = imex_channel_problem();
   if (print_env) {
     if (!imex.empty() && ctx.rank == 0) std::fprintf(stderr, "meshrun exec: warning: %s\n", meshrun::cut_long_values(imex).c_str());
+    say_notes();
     for (const auto& [k, v] : task.vars) std::printf("%s=%s\n", k.c_str(), v.c_str());
     return 0;
   }
   if (!imex.empty()) return fail(imex);
+  say_notes();
   for (const auto& [k, v] : task.vars) ::setenv(k.c_str(), v.c_str(), 1);
   if (bind && !task.cpus.empty()) {
     cpu_set_t set;

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "meshrun/bridges.hpp"
+#include "launch_common.hpp"
+#include "meshrun/geometry.hpp"
 #include "config_flags.hpp"
 #include "meshrun/json.hpp"
 #include "meshrun/topology.hpp"
@@ -38,6 +41,8 @@ const char* kPlanHelp =
     "  --schedule               add the pipeline schedule: a timeline per pp rank (unit costs F = B = W = 1),\n"
     "                           its bubble_fraction and peak_live_microbatches (json: per-rank action lists)\n"
     "  --topology FILE.xml      use this hwloc XML node topology for every node (NIC and CPU set per rank)\n"
+    "  --for megatron|torchtitan  print the flags that make that framework build this rank map (one line, the\n"
+    "                           words `meshrun exec --for` appends; with a template also the batch flags)\n"
     "%s"
     "\n"
     "examples:\n"
@@ -61,6 +66,7 @@ int cmd_plan(int argc, char** argv) {
   ConfigRequest req;
   std::string format = "table", topology_xml;
   bool all = false, estimate = false, search = false, schedule = false;
+  std::optional<Framework> framework;
   int top = 10;
   try {
     for (size_t i = 0; i < args.size();) {
@@ -78,6 +84,11 @@ int cmd_plan(int argc, char** argv) {
         continue;
       }
       if (cli::take_value(args, i, "--topology", &v)) { topology_xml = v; continue; }
+      if (cli::take_value(args, i, "--for", &v)) {
+        framework = parse_framework(v);
+        if (!framework) throw ConfigError("--for " + v + ": unknown framework; use megatron or torchtitan");
+        continue;
+      }
       if (cli::take_value(args, i, "--top", &v)) {
         try {
           top = std::stoi(v);
@@ -97,6 +108,8 @@ int cmd_plan(int argc, char** argv) {
       req.template_path = a;
       ++i;
     }
+    if (framework && (schedule || search || estimate || format != "table"))
+      throw ConfigError("--for prints the framework's flags alone; leave out --schedule, --search, --estimate and --format");
     if (schedule && search)
       throw ConfigError("--schedule shows the template's own layout and --search ranks other layouts; use one of them");
     // Without a template there is no model and no batch: the dry run checks the layout alone (as the plugin
@@ -156,6 +169,19 @@ int cmd_plan(int argc, char** argv) {
       std::fprintf(stderr, "meshrun plan: invalid layout%s: %s\n", cut_long_values(where).c_str(),
                    cut_long_values(p.message).c_str());
     return 2;
+  }
+
+  if (framework) {  // the flags alone, one shell-quoted line
+    std::optional<BatchGeometry> geometry;
+    if (!layout_only) {
+      std::string why;
+      geometry = batch_geometry(cfg.job.training, *layout, &why);
+      if (!geometry) return fail(why);
+    }
+    const FrameworkFlags ff = framework_flags(*framework, cfg.job, *layout, geometry ? &*geometry : nullptr);
+    if (!ff.refusal.empty()) return fail(std::string("--for ") + (*framework == Framework::megatron ? "megatron" : "torchtitan") + ": " + ff.refusal);
+    std::printf("%s\n", launch::shell_join(ff.flags).c_str());
+    return 0;
   }
 
 #ifdef MESHRUN_HAVE_PLANNER

@@ -174,6 +174,8 @@ int stepd_task_init(spank_t sp, PluginState& st) {
   std::string error;
   if (!env.cpus.empty() && !apply_affinity(env.cpus, &error)) end_task(error, 1);
   for (const auto& w : env.warnings) slurm_info("meshrun: %s", meshrun::cut_long_values(w).c_str());
+  if (const std::string* rank = env.get("RANK"); rank && *rank == "0")  // once per job
+    for (const auto& n : env.notes) slurm_info("meshrun: note: %s", meshrun::cut_long_values(n).c_str());
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   timespec cpu1{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);

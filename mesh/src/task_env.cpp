@@ -372,6 +372,11 @@ TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeT
     if (!warning.empty()) env.warnings.push_back(warning);
   }
 
+  // OpenMP threads per task: torchrun sets OMP_NUM_THREADS=1 when it is unset (eight processes per node would
+  // otherwise each start a thread per core). A value the task inherits is left alone; the site's or the
+  // template's, set below, wins over this default.
+  if (!ctx.omp_threads_given) vars.set("OMP_NUM_THREADS", "1");
+
   // Site variables: trusted, but never the computed ones.
   for (const auto& [k, v] : policy.site_env) {
     if (!valid_name(k) || matches_any(k, kComputed)) {
@@ -390,6 +395,9 @@ TaskEnv compute_task_env(const RankMap& map, const TaskContext& ctx, const NodeT
       env.warnings.push_back("[env] " + k + "=" + v + " replaces meshrun's " + k + "=" + *old);
     vars.set(k, v);
   }
+  if (!ctx.omp_threads_given && !policy.site_env.count("OMP_NUM_THREADS") && !extra_env.count("OMP_NUM_THREADS"))
+    env.notes.push_back("OMP_NUM_THREADS=1 for every task, as torchrun sets it when unset; set OMP_NUM_THREADS in "
+                        "the environment or the template's [env] to give each rank more threads");
   return env;
 }
 

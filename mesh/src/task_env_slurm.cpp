@@ -125,6 +125,7 @@ TaskContext task_context_from_slurm(const std::map<std::string, std::string>& en
   ctx.node_id = static_cast<int>(optional_int(env, "SLURM_NODEID", 0));
   ctx.job_id = static_cast<uint32_t>(optional_int(env, "SLURM_JOB_ID", optional_int(env, "SLURM_JOBID", 0)));
   ctx.step_id = static_cast<uint32_t>(optional_int(env, "SLURM_STEP_ID", optional_int(env, "SLURM_STEPID", 0)));
+  ctx.omp_threads_given = find(env, "OMP_NUM_THREADS") != nullptr;
 
   ctx.local_world = -1;
   for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})

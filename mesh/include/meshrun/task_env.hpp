@@ -53,6 +53,7 @@ struct TaskContext {
   uint32_t job_id = 0;       // SLURM_JOB_ID
   uint32_t step_id = 0;      // SLURM_STEP_ID
   CpuSet allowed_cpus;       // CPUs the task may use (its cgroup / affinity mask); empty = the whole node
+  bool omp_threads_given = false;  // OMP_NUM_THREADS is already set in the task's environment
 };
 
 // What the site allows and wants. Defaults suit a DGX-style cluster; the site file can change them.
@@ -88,6 +89,7 @@ struct TaskEnv {
   int gpu = -1;              // global GPU index (topology index) of the task, -1 on a CPU-only node
   int nic = -1;              // paired NIC (topology index), -1 if none
   std::vector<std::string> warnings;  // one line each
+  std::vector<std::string> notes;     // defaults worth knowing (OMP_NUM_THREADS), one line each; said once per job
   const std::string* get(const std::string& name) const;  // nullptr if absent
 };
 

@@ -1,0 +1,180 @@
+// Megatron-LM and torchtitan flags for a resolved layout (bridges.hpp). The rank rules each framework
+// applies to them are in docs/launcher.md; tests/launcher/bridges_check.py re-implements those rules from the
+// frameworks' sources and compares the result with meshrun's map.
+#include "meshrun/bridges.hpp"
+
+namespace meshrun {
+
+namespace {
+
+void add(std::vector<std::string>& v, const std::string& flag, long long value) {
+  v.push_back(flag);
+  v.push_back(std::to_string(value));
+}
+
+FrameworkFlags refuse(std::string why) { return {{}, std::move(why)}; }
+
+// Megatron-Core's RankGenerator orders (megatron/training/initialize.py: order='tp-cp-ep-dp-pp', or
+// 'tp-cp-ep-pp-dp' with --use-tp-pp-dp-mapping); its expert grid uses the same order with cp = 1.
+FrameworkFlags megatron(const JobConfig& cfg, const Layout& l, const BatchGeometry* g) {
+  const std::string order = l.order.str();
+  const std::string& schedule = cfg.parallel.pipeline_schedule;
+  FrameworkFlags out;
+  auto& f = out.flags;
+  if (order != "tp-cp-ep-dp-pp" && order != "tp-cp-ep-pp-dp")
+    return refuse("Megatron-LM builds its groups in the order tp-cp-ep-dp-pp (its default) or tp-cp-ep-pp-dp "
+                  "(--use-tp-pp-dp-mapping), not " + order + ": set parallel.order to one of them");
+  // initialize_model_parallel asserts that a non-pp-last order keeps the dense and expert data-parallel sizes
+  // equal (ETP · EP = TP · CP; meshrun's ETP = TP), else its two grids' pipeline groups differ.
+  if (order == "tp-cp-ep-pp-dp" && l.pp > 1 && l.ep > 1 && l.ep != l.cp)
+    return refuse("Megatron-LM's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping) with pp > 1 needs the expert data-parallel "
+                  "size equal to the dense one (ep = cp here, as expert TP = TP), not ep = " + std::to_string(l.ep) +
+                  " with cp = " + std::to_string(l.cp) + ": use parallel.order = \"tp-cp-ep-dp-pp\"");
+  if (l.pp > 1 && (schedule == "gpipe" || schedule == "zb"))
+    return refuse("Megatron-LM runs 1F1B and interleaved 1F1B pipelines, not parallel.pipeline_schedule = \"" + schedule +
+                  "\": set parallel.pipeline_schedule = \"1f1b\" (or \"interleaved\" with parallel.virtual_stages)");
+  add(f, "--tensor-model-parallel-size", l.tp);
+  add(f, "--pipeline-model-parallel-size", l.pp);
+  add(f, "--context-parallel-size", l.cp);
+  if (l.ep > 1) {
+    add(f, "--expert-model-parallel-size", l.ep);
+    add(f, "--expert-tensor-parallel-size", l.tp);  // meshrun's expert grid keeps ETP = TP
+  }
+  if (l.virtual_stages > 1) add(f, "--num-virtual-stages-per-pipeline-rank", l.virtual_stages);
+  if (order == "tp-cp-ep-pp-dp") f.push_back("--use-tp-pp-dp-mapping");
+  if (l.sequence_parallel) f.push_back("--sequence-parallel");
+  if (l.cp > 1) {
+    f.push_back("--cp-comm-type");
+    f.push_back(cfg.parallel.cp_comm == "allgather" ? "all_gather" : "p2p");
+  }
+  // ZeRO: the distributed optimizer shards the optimizer state (ZeRO-1); Megatron-FSDP shards gradients too
+  // (optim_grads, ZeRO-2) or also the parameters (optim_grads_params, ZeRO-3).
+  if (l.zero_stage == 1) f.push_back("--use-distributed-optimizer");
+  if (l.zero_stage >= 2) {
+    f.push_back("--use-megatron-fsdp");
+    f.push_back("--data-parallel-sharding-strategy");
+    f.push_back(l.zero_stage == 2 ? "optim_grads" : "optim_grads_params");
+  }
+  if (g) {
+    add(f, "--micro-batch-size", g->micro_batch_size);
+    add(f, "--global-batch-size", g->global_batch);
+    add(f, "--seq-length", g->seq_len);
+  }
+  return out;
+}
+
+// torchtitan's device mesh ("pp", "dp_replicate", "dp_shard", "cp", "tp"), row-major (torchtitan/distributed/
+// parallel_dims.py), i.e. meshrun's tp-cp-dp-pp; its expert mesh ("pp", "dp_replicate", "efsdp", "ep") puts EP
+// on the fastest ranks.
+FrameworkFlags torchtitan(const JobConfig& cfg, const Layout& l, const BatchGeometry* g) {
+  const AxisOrder& o = l.order;
+  FrameworkFlags out;
+  auto& f = out.flags;
+  if (!(o.position(Axis::tp) < o.position(Axis::cp) && o.position(Axis::cp) < o.position(Axis::dp) &&
+        o.position(Axis::dp) < o.position(Axis::pp)))
+    return refuse("torchtitan's device mesh is (pp, dp_replicate, dp_shard, cp, tp), tp fastest: meshrun order "
+                  "tp-cp-ep-dp-pp, not " + o.str() + ": set parallel.order = \"tp-cp-ep-dp-pp\"");
+  if (l.ep > 1 && l.tp > 1)
+    return refuse("torchtitan's expert mesh (pp, dp_replicate, efsdp, ep) takes EP ranks from TP first, while meshrun "
+                  "keeps TP inside each expert (ETP = TP): use parallel.tp = 1 with expert parallelism for torchtitan");
+  if (l.ep > 1 && l.zero_stage == 0)
+    return refuse("torchtitan takes EP ranks from its FSDP dimension (dp_shard × cp × tp), which DDP (zero_stage = 0) "
+                  "leaves at 1: use parallel.zero_stage = 2 or 3 with expert parallelism for torchtitan");
+  if (l.zero_stage == 1)
+    return refuse("torchtitan has no ZeRO-1 (its FSDP shards parameters and gradients): set parallel.zero_stage = 0 "
+                  "(DDP: dp_replicate), 2 (FSDP without resharding after forward) or 3 (FSDP)");
+  const std::string& schedule = cfg.parallel.pipeline_schedule;
+  std::string tt_schedule;
+  if (l.pp > 1) {
+    if (schedule == "gpipe") tt_schedule = "GPipe";
+    else if (schedule == "1f1b") tt_schedule = "1F1B";
+    else if (schedule == "interleaved") tt_schedule = "Interleaved1F1B";
+    else
+      return refuse("torchtitan's zero-bubble schedules need several stages per rank in its own placement; meshrun's "
+                    "parallel.pipeline_schedule = \"zb\" has no torchtitan equivalent: use \"1f1b\" or \"interleaved\"");
+  }
+  const int stages = l.pp * l.virtual_stages;
+  if (!g && l.virtual_stages > 1)
+    return refuse("torchtitan's interleaved schedule needs the layers per stage, from the model: give the template "
+                  "(--template T.toml) whose [model] it trains");
+  if (g && l.pp > 1 && cfg.model.layers % stages != 0)
+    return refuse("torchtitan splits the model by layers per stage: model.layers = " + std::to_string(cfg.model.layers) +
+                  " is not a multiple of pp × virtual_stages = " + std::to_string(stages));
+  add(f, "--parallelism.data_parallel_replicate_degree", l.zero_stage == 0 ? l.dp : 1);
+  add(f, "--parallelism.data_parallel_shard_degree", l.zero_stage == 0 ? 1 : l.dp);
+  add(f, "--parallelism.tensor_parallel_degree", l.tp);
+  add(f, "--parallelism.context_parallel_degree", l.cp);
+  add(f, "--parallelism.pipeline_parallel_degree", l.pp);
+  if (l.ep > 1) add(f, "--parallelism.expert_parallel_degree", l.ep);
+  if (l.zero_stage == 2) {
+    f.push_back("--parallelism.fsdp_reshard_after_forward");
+    f.push_back("never");
+  }
+  if (l.tp > 1) f.push_back(l.sequence_parallel ? "--parallelism.enable_sequence_parallel" : "--parallelism.no_enable_sequence_parallel");
+  if (l.pp > 1) {
+    f.push_back("--parallelism.pipeline_parallel_schedule");
+    f.push_back(tt_schedule);
+    if (g) {
+      add(f, "--parallelism.pipeline_parallel_layers_per_stage", cfg.model.layers / stages);
+      add(f, "--parallelism.num_pp_microbatches", g->microbatches);
+    }
+  }
+  if (g) {
+    add(f, "--training.num_tokens_per_microbatch_per_dp_rank", g->micro_batch_size * g->seq_len);
+    add(f, "--training.num_tokens_per_train_step", g->global_batch * g->seq_len);
+    add(f, "--training.max_context_length", g->seq_len);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<Framework> parse_framework(std::string_view name) {
+  if (name == "megatron") return Framework::megatron;
+  if (name == "torchtitan") return Framework::torchtitan;
+  return std::nullopt;
+}
+
+const char* framework_name(Framework f) { return f == Framework::megatron ? "Megatron-LM" : "torchtitan"; }
+
+FrameworkFlags framework_flags(Framework f, const JobConfig& cfg, const Layout& layout, const BatchGeometry* geometry) {
+  return f == Framework::megatron ? megatron(cfg, layout, geometry) : torchtitan(cfg, layout, geometry);
+}
+
+std::string merge_with_command(const std::vector<std::string>& command, std::vector<std::string>* flags) {
+  // A flag word is "--name" (value next) or "--name=value"; booleans carry no value.
+  auto given = [&](const std::string& name, std::string* value) {
+    for (std::size_t i = 0; i < command.size(); ++i) {
+      const std::string& w = command[i];
+      if (w == name) {
+        *value = i + 1 < command.size() && command[i + 1].rfind("--", 0) != 0 ? command[i + 1] : "";
+        return true;
+      }
+      if (w.size() > name.size() && w.compare(0, name.size(), name) == 0 && w[name.size()] == '=') {
+        *value = w.substr(name.size() + 1);
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < flags->size();) {
+    const std::string& name = (*flags)[i];
+    const bool has_value = i + 1 < flags->size() && (*flags)[i + 1].rfind("--", 0) != 0;
+    const std::string mine = has_value ? (*flags)[i + 1] : "";
+    std::string theirs;
+    if (given(name, &theirs)) {
+      if (theirs != mine)
+        return "the command already gives " + name + (theirs.empty() ? "" : " " + theirs) + " but the layout needs " + name +
+               (mine.empty() ? "" : " " + mine) + ": remove it from the command (the framework would silently take the last one)";
+    } else {
+      kept.push_back(name);
+      if (has_value) kept.push_back(mine);
+    }
+    i += has_value ? 2 : 1;
+  }
+  *flags = std::move(kept);
+  return "";
+}
+
+}  // namespace meshrun
