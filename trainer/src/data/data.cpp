@@ -31,7 +31,9 @@ TokenFile::TokenFile(const std::string& path, const std::string& token_dtype, st
   // Ids travel as int32 in the batches: a larger vocabulary could not be represented.
   if (vocab <= 0 || vocab > std::int64_t{INT32_MAX} + 1)
     throw DataError("model.vocab = " + std::to_string(vocab) + " is outside [1, 2^31]; token ids are int32 in the batches");
-  if (path.empty()) throw DataError("data.path is not set; point it at a token file (meshrun-tokenize makes one)");
+  if (path.empty())
+    throw DataError("data.path is not set; point it at a token file (meshrun-tokenize makes one) or set data.text to "
+                    "a UTF-8 corpus to tokenize");
   // O_NONBLOCK: a FIFO must not block open(); the type is checked on the opened descriptor.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
   if (fd < 0)
@@ -128,10 +130,8 @@ void BatchSchedule::tokens(std::int64_t index, const std::int32_t* positions, st
   }
 }
 
-std::int64_t tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_path,
-                            const std::string& token_dtype) {
+std::vector<std::string> text_files(const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;
-  const int width = token_width(token_dtype);
   std::vector<std::string> files;
   for (const std::string& in : inputs) {
     std::error_code ec;
@@ -147,6 +147,14 @@ std::int64_t tokenize_bytes(const std::vector<std::string>& inputs, const std::s
       throw DataError("text input " + in + " is not a readable file or directory; check data.text");
     }
   }
+  return files;
+}
+
+std::int64_t tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_path,
+                            const std::string& token_dtype) {
+  namespace fs = std::filesystem;
+  const int width = token_width(token_dtype);
+  const std::vector<std::string> files = text_files(inputs);
   std::string out;
   std::int64_t count = 0;
   for (const std::string& f : files) {

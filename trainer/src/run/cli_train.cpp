@@ -24,6 +24,7 @@
 #include "meshrun/train/run/trainer.hpp"
 #include "heartbeat.hpp"
 #include "meshrun/comm/wait_state.hpp"
+#include "../checkpoint/file_io.hpp"
 #include "metrics.hpp"
 #include "peak_probe.hpp"
 #include "signals.hpp"
@@ -87,20 +88,64 @@ Args parse_args(int argc, char** argv) {
 }
 
 // Builds data.path from data.text when the token file is missing (rank 0 writes, the rest wait).
-void ensure_token_file(const JobConfig& cfg, int rank) {
+// The token file: data.path, or without one the cache file data.text is tokenized into, so that a template
+// need not name a path relative to wherever it is run from: $MESHRUN_CACHE_DIR, else $XDG_CACHE_HOME/meshrun,
+// else ~/.cache/meshrun, as text-<hash>.<dtype>.bin, the hash over the text files' absolute paths, sizes and
+// modification times (a changed corpus gets a new file). Rank 0 decides and tells every rank.
+std::string token_file_path(const JobConfig& cfg, int rank) {
   namespace fs = std::filesystem;
-  std::string err;
-  if (rank == 0 && !cfg.data.path.empty() && !cfg.data.text.empty() && !fs::exists(cfg.data.path)) {
+  if (!cfg.data.path.empty() || cfg.data.text.empty()) return cfg.data.path;
+  std::string path, err;
+  if (rank == 0) {
     try {
       std::vector<std::string> inputs;
       std::stringstream ss(cfg.data.text);
       for (std::string part; std::getline(ss, part, ',');)
         if (!part.empty()) inputs.push_back(part);
-      const fs::path parent = fs::path(cfg.data.path).parent_path();
+      std::string key = "byte-level 1|" + cfg.data.token_dtype;
+      for (const std::string& f : text_files(inputs)) {
+        std::error_code ec;
+        const auto size = fs::file_size(f, ec);
+        const auto mtime = fs::last_write_time(f, ec).time_since_epoch().count();
+        key += "|" + fs::absolute(f).string() + "|" + std::to_string(size) + "|" + std::to_string(mtime);
+      }
+      const char* dir = std::getenv("MESHRUN_CACHE_DIR");
+      const char* xdg = std::getenv("XDG_CACHE_HOME");
+      const char* home = std::getenv("HOME");
+      const fs::path cache = dir && *dir ? fs::path(dir)
+                             : xdg && *xdg ? fs::path(xdg) / "meshrun"
+                             : fs::path(home && *home ? home : "/tmp") / ".cache" / "meshrun";
+      char name[64];
+      std::snprintf(name, sizeof name, "text-%016llx.%s.bin",
+                    static_cast<unsigned long long>(ckpt::hash_bytes_xxh3(key.data(), key.size())),
+                    cfg.data.token_dtype.c_str());
+      path = (cache / name).string();
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  if (!all_ok(err.empty())) throw InputError(err.empty() ? "finding the token file failed on rank 0" : err);
+  unsigned long n = path.size();
+  MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
+  path.resize(n);
+  MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return path;
+}
+
+void ensure_token_file(const JobConfig& cfg, const std::string& path, int rank) {
+  namespace fs = std::filesystem;
+  std::string err;
+  if (rank == 0 && !path.empty() && !cfg.data.text.empty() && !fs::exists(path)) {
+    try {
+      std::vector<std::string> inputs;
+      std::stringstream ss(cfg.data.text);
+      for (std::string part; std::getline(ss, part, ',');)
+        if (!part.empty()) inputs.push_back(part);
+      const fs::path parent = fs::path(path).parent_path();
       if (!parent.empty()) fs::create_directories(parent);
-      const auto n = tokenize_bytes(inputs, cfg.data.path, cfg.data.token_dtype);
-      std::printf("meshrun-train: tokenized %s into %s (%lld byte tokens)\n", cfg.data.text.c_str(),
-                  cfg.data.path.c_str(), static_cast<long long>(n));
+      const auto n = tokenize_bytes(inputs, path, cfg.data.token_dtype);
+      std::printf("meshrun-train: tokenized %s into %s (%lld byte tokens)\n", cfg.data.text.c_str(), path.c_str(),
+                  static_cast<long long>(n));
     } catch (const std::exception& e) {
       err = e.what();
     }
@@ -133,11 +178,12 @@ void check_launcher_agrees(const std::map<std::string, std::string>& env, const 
 
 // The token file (built from data.text first when asked), loaded on every rank.
 std::unique_ptr<TokenFile> load_token_file(const JobConfig& cfg, int rank) {
-  ensure_token_file(cfg, rank);
+  const std::string path = token_file_path(cfg, rank);
+  ensure_token_file(cfg, path, rank);
   std::unique_ptr<TokenFile> file;
   std::string err;
   try {
-    file = std::make_unique<TokenFile>(cfg.data.path, cfg.data.token_dtype, cfg.model.vocab, cfg.training.seq_len,
+    file = std::make_unique<TokenFile>(path, cfg.data.token_dtype, cfg.model.vocab, cfg.training.seq_len,
                                        cfg.training.global_batch_size);
   } catch (const DataError& e) {
     err = e.what();

@@ -67,6 +67,10 @@ class BatchSchedule {
   mutable std::vector<std::int64_t> perm_;
 };
 
+// The files tokenize_bytes reads for `inputs` (files, and the regular files of directories sorted by name), in
+// order. Throws DataError for an input that is neither.
+std::vector<std::string> text_files(const std::vector<std::string>& inputs);
+
 // Byte-level tokenization: every byte of the UTF-8 input becomes one token (ids 0..255).
 // Inputs are files or directories (their regular files, sorted by name). Returns the token count.
 // Throws DataError on unreadable input or an empty result.
