@@ -151,7 +151,7 @@ case $case_name in
     expect_bad "16384 ranks" "meshrun sbatch"
     ;;
   help)
-    for c in plan exec sbatch run; do
+    for c in plan exec sbatch run preflight; do
       m -- "$c" --help
       expect_rc 0
       expect_out "usage: meshrun $c"
@@ -178,7 +178,7 @@ case $case_name in
       [ ! -s "$work/err" ] || fail "groff warnings: $(cat "$work/err")"
     fi
     MANWIDTH=200 man -l "$SRC/launcher/meshrun.1" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' >"$work/man.txt"
-    for c in plan exec sbatch run; do
+    for c in plan exec sbatch run preflight; do
       m -- "$c" --help
       for opt in $(grep -o '^  --[a-z-]*' "$work/out"); do
         grep -q -- "$opt" "$work/man.txt" || fail "the man page does not mention $c's $opt"

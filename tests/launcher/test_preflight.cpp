@@ -1,12 +1,19 @@
 // meshrun preflight's pure parts (launcher/preflight_core.cpp) and the host-list compression its exclude list
 // uses (mesh/src/hostlist.cpp): the verdict against the median or the site's figures, the blame for a slow
-// link, the phases that keep probes of one machine apart, and the `srun --exclude` line.
+// link, the phases that keep probes of one machine apart, the `srun --exclude` line, and the batch script of
+// `meshrun sbatch --preflight` (golden files; MESHRUN_UPDATE_GOLDEN=1 build/tests/launcher/test_preflight
+// "[golden]" rewrites them after an intended change).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "batch_script.hpp"
 #include "meshrun/hostlist.hpp"
 #include "preflight_core.hpp"
 
@@ -168,5 +175,41 @@ TEST_CASE("hostlist: compress_hostlist writes srun --exclude lists that expand b
     std::sort(want.begin(), want.end());
     std::sort(got.begin(), got.end());
     CHECK(got == want);
+  }
+}
+
+TEST_CASE("preflight: meshrun sbatch --preflight runs it before the job step and stops on a failure", "[golden]") {
+  const std::string src = MESHRUN_SOURCE_DIR;
+  meshrun::ConfigRequest req;
+  req.template_path = src + "/templates/tiny.toml";
+  req.use_site = false;
+  const meshrun::launch::Resolved r = meshrun::launch::resolve(meshrun::build_config(req));
+  for (bool plugin : {false, true}) {
+    meshrun::launch::BatchOptions o;
+    o.template_path = "/srv/meshrun/templates/tiny.toml";
+    o.meshrun = "/opt/meshrun/bin/meshrun";
+    o.trainer = "/opt/meshrun/bin/meshrun-train";
+    o.plugin = plugin;
+    o.cpus_per_task = 16;
+    o.preflight = true;
+    o.sets = {"--set", "training.steps=3"};
+    const std::string script = meshrun::launch::render_batch_script(r, o);
+    const std::string path = src + "/tests/launcher/golden/tiny.preflight" + (plugin ? ".plugin" : "") + ".sbatch";
+    if (const char* u = std::getenv("MESHRUN_UPDATE_GOLDEN"); u && std::string(u) == "1") std::ofstream(path) << script;
+    std::ifstream in(path);
+    std::stringstream golden;
+    golden << in.rdbuf();
+    INFO("golden file " << path << " (MESHRUN_UPDATE_GOLDEN=1 rewrites it)");
+    CHECK(golden.str() == script);
+    // The preflight step comes before the job step, on the same geometry, and its failure ends the script.
+    const size_t pre = script.find("meshrun preflight /srv/meshrun/templates/tiny.toml --set training.steps=3\n");
+    const size_t job = script.find("exec srun ");
+    REQUIRE(pre != std::string::npos);
+    REQUIRE(job != std::string::npos);
+    CHECK(pre < job);
+    CHECK(script.find("srun --mpi=pmix --wait=30 --nodes=1 --ntasks-per-node=4 --cpus-per-task=16 ") != std::string::npos);
+    CHECK(script.find("exit \"$preflight\"") < job);
+    CHECK((script.find("meshrun exec --template /srv/meshrun/templates/tiny.toml --set training.steps=3 -- "
+                       "/opt/meshrun/bin/meshrun preflight") != std::string::npos) == !plugin);
   }
 }

@@ -587,6 +587,41 @@ EOS
     say "stopped n3: ended after ${took}s: $(echo "$out" | grep -m1 'rank 0 on n1: no result')"
     ;;
 
+  preflight_sbatch)
+    # meshrun sbatch --preflight: the batch script runs meshrun preflight on the job's nodes before the job step;
+    # healthy, the step runs after 'all 4 nodes passed'; with n3 slowed (8% of a CPU) the job stops there, naming
+    # n3, and the step never runs.
+    [ -x "${MESHRUN_BIN:-}" ] || { echo "SKIP: meshrun CLI not built"; exit 77; }
+    eval "$("$SRC/scripts/local-slurm" env --dir "$LAB")"
+    submit_preflight() {
+      local out
+      out=$(T "$MESHRUN_BIN" sbatch --no-site "$SRC/templates/tiny.toml" --nodes 4 --gpus-per-node 2 --plugin no \
+            --preflight --output "$WORK/job-%j.out" -- /bin/sh -c 'echo "STEP $SLURMD_NODENAME $RANK"' 2>&1) ||
+        fail "meshrun sbatch --preflight: $out"
+      id=$(echo "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p')
+      [ -n "$id" ] || fail "no job id: $out"
+      wait_job "$id"
+    }
+    submit_preflight
+    log=$(cat "job-$id.out")
+    echo "$log"
+    [ "$(job_state "$id")" = COMPLETED ] || fail "healthy job $id: $(job_state "$id")"
+    echo "$log" | grep -q '^all 4 nodes passed$' || fail "no preflight verdict in the log"
+    [ "$(echo "$log" | grep -c '^STEP n[1-4] [0-7]$')" = 8 ] || fail "the job step did not run its 8 ranks after the preflight"
+    [ "$(echo "$log" | grep -n '^all 4 nodes passed$' | cut -d: -f1)" -lt "$(echo "$log" | grep -n '^STEP' | head -1 | cut -d: -f1)" ] ||
+      fail "the job step ran before the preflight's verdict"
+    throttle "$(cat "$LAB/run/pids/slurmd-n3")" 8 || { echo "SKIP: no writable cpu cgroup (v2 cpu.max or v1 cpu.cfs_quota_us)"; exit 77; }
+    submit_preflight
+    unthrottle
+    log=$(cat "job-$id.out")
+    echo "$log"
+    [ "$(job_state "$id")" = FAILED ] || fail "job $id with n3 slowed: $(job_state "$id") (want FAILED)"
+    echo "$log" | grep -q '^failing nodes: n3$' || fail "n3 not named in the log"
+    echo "$log" | grep -q '^meshrun: preflight failed (exit 1); the job step was not started' || fail "no stop line"
+    echo "$log" | grep -q '^STEP' && fail "the job step ran although a node failed"
+    say "meshrun sbatch --preflight: healthy job ran its step; with n3 slowed job $id stopped before it, naming n3"
+    ;;
+
   preflight_bad_input)
     # Bad input: exit 2 and one line, outside a step and inside one (printed by rank 0 only).
     [ -x "${MESHRUN_BIN:-}" ] || { echo "SKIP: meshrun CLI not built"; exit 77; }
