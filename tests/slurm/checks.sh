@@ -104,11 +104,11 @@ case $NAME in
   options_listed)
     for cmd in sbatch srun salloc; do
       help=$(T $cmd --help 2>&1)
-      for o in mesh-tp mesh-cp mesh-pp mesh-dp mesh-ep mesh-order mesh-template mesh-env mesh-dry-run mesh-off; do
+      for o in mesh-tp mesh-cp mesh-pp mesh-dp mesh-ep mesh-order mesh-template mesh-env mesh-dry-run mesh-off mesh-preflight; do
         echo "$help" | grep -q -- "--$o" || fail "$cmd --help does not list --$o"
       done
     done
-    say "sbatch, srun and salloc list all 10 --mesh-* options"
+    say "sbatch, srun and salloc list all 11 --mesh-* options"
     ;;
 
   env_matches_plan_2nodes)
@@ -620,6 +620,43 @@ EOS
     echo "$log" | grep -q '^meshrun: preflight failed (exit 1); the job step was not started' || fail "no stop line"
     echo "$log" | grep -q '^STEP' && fail "the job step ran although a node failed"
     say "meshrun sbatch --preflight: healthy job ran its step; with n3 slowed job $id stopped before it, naming n3"
+    ;;
+
+  preflight_plugin)
+    # sbatch --mesh-preflight: every srun of the job first runs a meshrun preflight step, started by the plugin
+    # from srun before the step exists (never in slurmstepd), with the step's geometry and the plugin's own task
+    # set-up; a failing node refuses the step. srun finds meshrun on its $PATH (or plugstack meshrun=PATH).
+    [ -x "${MESHRUN_BIN:-}" ] || { echo "SKIP: meshrun CLI not built"; exit 77; }
+    eval "$("$SRC/scripts/local-slurm" env --dir "$LAB")"
+    PATH=$(dirname "$MESHRUN_BIN"):$PATH
+    expect_refused 'mesh-preflight runs a preflight step inside the job before this step, so it needs an allocation' \
+      srun -N 1 -n 1 --mesh-preflight true
+    # The lab's plugin describes every node with the DGX H100 export (topology_xml=), which this 2-CPU machine is
+    # not, and preflight says so (every node's cpus row fails against it). Here the plugin reads the live node.
+    conf=$LAB/etc/plugstack.conf
+    cp "$conf" "$WORK/plugstack.good"
+    restore() { unthrottle; cp "$WORK/plugstack.good" "$conf.tmp" && mv -f "$conf.tmp" "$conf"; }
+    trap restore EXIT
+    sed -E 's# topology_xml=[^ ]*##' "$WORK/plugstack.good" >"$conf.tmp" && mv -f "$conf.tmp" "$conf"
+    grep -q topology_xml "$conf" && fail "plugstack.conf still names a topology: $(cat "$conf")"
+    id=$(submit -N 4 --ntasks-per-node=2 --mesh-tp=2 --mesh-preflight --wrap 'srun printenv MESHRUN_TP_SIZE')
+    log=$(cat "job-$id.out"); echo "$log"
+    [ "$(job_state "$id")" = COMPLETED ] || fail "healthy job $id: $(job_state "$id")"
+    echo "$log" | grep -q '^all 4 nodes passed$' || fail "no preflight verdict in the log of job $id"
+    for n in n1 n2 n3 n4; do
+      preflight_row "$log" $n binding | grep -q ' PASS' || fail "$n: the plugin's binding is not the map's: $(preflight_row "$log" $n binding)"
+    done
+    [ "$(echo "$log" | grep -c '^2$')" = 8 ] || fail "the step did not run its 8 tasks after the preflight"
+    throttle "$(cat "$LAB/run/pids/slurmd-n3")" 8 || { echo "SKIP: no writable cpu cgroup (v2 cpu.max or v1 cpu.cfs_quota_us)"; exit 77; }
+    trap restore EXIT
+    id=$(submit -N 4 --ntasks-per-node=2 --mesh-tp=2 --mesh-preflight --wrap 'srun printenv MESHRUN_TP_SIZE')
+    unthrottle
+    log=$(cat "job-$id.out"); echo "$log"
+    [ "$(job_state "$id")" = FAILED ] || fail "job $id with n3 slowed: $(job_state "$id") (want FAILED: its srun refused)"
+    echo "$log" | grep -q '^failing nodes: n3$' || fail "n3 not named in the log"
+    echo "$log" | grep -q 'meshrun: --mesh-preflight: the preflight step failed (exit 1' || fail "no refusal line"
+    echo "$log" | grep -q '^2$' && fail "the step ran although a node failed"
+    say "--mesh-preflight: healthy job ran its step after 'all 4 nodes passed'; with n3 slowed the step was refused"
     ;;
 
   preflight_bad_input)
