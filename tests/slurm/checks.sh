@@ -71,6 +71,9 @@ preflight_step() {
   LIMIT=${LIMIT:-90} T srun --mpi=pmix -N 4 --ntasks-per-node=2 ${SRUN_EXTRA:-} "$MESHRUN_BIN" exec --no-site --template "$SRC/templates/tiny.toml" \
     -- "$MESHRUN_BIN" preflight --no-site "$SRC/templates/tiny.toml" "$@"
 }
+# Open MPI 4.1's TCP transport crashes now and then on this 2-core host (see mpi_pmix); a run whose output shows
+# such a crash is retried once, with core files kept in the check's directory for a look (gdb meshrun-preflight core).
+mpi_crashed() { echo "$1" | grep -Eq 'Segmentation fault|Signal: Segmentation|Bus error'; }
 # The row of NODE's CHECK in a preflight table.
 preflight_row() { echo "$1" | grep -E "^$2 +$3 " ; }
 # throttle PID PERCENT: moves PID (a slurmd: its steps and tasks inherit it) into a new cgroup limited to PERCENT
@@ -537,12 +540,17 @@ EOS
   preflight_slow_node)
     # n3's slurmd (and so its step and tasks) limited to 8% of one CPU: a real slowdown. n3 fails, is the only
     # node named, in srun --exclude syntax, and the run ends with exit status 1; its neighbours' links pass.
+    ulimit -c unlimited 2>/dev/null  # a crashing task leaves its core here (mpi_crashed)
     throttle "$(cat "$LAB/run/pids/slurmd-n3")" 8 || { echo "SKIP: no writable cpu cgroup (v2 cpu.max or v1 cpu.cfs_quota_us)"; exit 77; }
-    start=$(date +%s)
-    out=$(preflight_step 2>&1); rc=$?
-    took=$(( $(date +%s) - start ))
+    for attempt in 1 2; do
+      start=$(date +%s)
+      out=$(preflight_step 2>&1); rc=$?
+      took=$(( $(date +%s) - start ))
+      echo "$out"
+      [ $attempt = 1 ] && mpi_crashed "$out" && { echo "attempt 1: Open MPI crashed; one retry"; continue; }
+      break
+    done
     unthrottle
-    echo "$out"
     [ $rc = 1 ] || fail "rc=$rc with n3 slowed (want 1)"
     echo "$out" | grep -q '^failing nodes: n3$' || fail "n3 is not the one failing node: $(echo "$out" | grep '^failing')"
     preflight_row "$out" n3 gemm | grep -q ' FAIL: ' || fail "n3's GEMM did not fail: $(preflight_row "$out" n3 gemm)"
@@ -591,6 +599,7 @@ EOS
     # meshrun sbatch --preflight: the batch script runs meshrun preflight on the job's nodes before the job step;
     # healthy, the step runs after 'all 4 nodes passed'; with n3 slowed (8% of a CPU) the job stops there, naming
     # n3, and the step never runs.
+    ulimit -c unlimited 2>/dev/null  # a crashing task leaves its core here (mpi_crashed)
     [ -x "${MESHRUN_BIN:-}" ] || { echo "SKIP: meshrun CLI not built"; exit 77; }
     eval "$("$SRC/scripts/local-slurm" env --dir "$LAB")"
     submit_preflight() {
@@ -611,10 +620,14 @@ EOS
     [ "$(echo "$log" | grep -n '^all 4 nodes passed$' | cut -d: -f1)" -lt "$(echo "$log" | grep -n '^STEP' | head -1 | cut -d: -f1)" ] ||
       fail "the job step ran before the preflight's verdict"
     throttle "$(cat "$LAB/run/pids/slurmd-n3")" 8 || { echo "SKIP: no writable cpu cgroup (v2 cpu.max or v1 cpu.cfs_quota_us)"; exit 77; }
-    submit_preflight
+    for attempt in 1 2; do
+      submit_preflight
+      log=$(cat "job-$id.out")
+      echo "$log"
+      [ $attempt = 1 ] && mpi_crashed "$log" && { echo "attempt 1: Open MPI crashed; one retry"; continue; }
+      break
+    done
     unthrottle
-    log=$(cat "job-$id.out")
-    echo "$log"
     [ "$(job_state "$id")" = FAILED ] || fail "job $id with n3 slowed: $(job_state "$id") (want FAILED)"
     echo "$log" | grep -q '^failing nodes: n3$' || fail "n3 not named in the log"
     echo "$log" | grep -q '^meshrun: preflight failed (exit 1); the job step was not started' || fail "no stop line"
@@ -626,6 +639,7 @@ EOS
     # sbatch --mesh-preflight: every srun of the job first runs a meshrun preflight step, started by the plugin
     # from srun before the step exists (never in slurmstepd), with the step's geometry and the plugin's own task
     # set-up; a failing node refuses the step. srun finds meshrun on its $PATH (or plugstack meshrun=PATH).
+    ulimit -c unlimited 2>/dev/null  # a crashing task leaves its core here (mpi_crashed)
     [ -x "${MESHRUN_BIN:-}" ] || { echo "SKIP: meshrun CLI not built"; exit 77; }
     eval "$("$SRC/scripts/local-slurm" env --dir "$LAB")"
     PATH=$(dirname "$MESHRUN_BIN"):$PATH
@@ -649,9 +663,13 @@ EOS
     [ "$(echo "$log" | grep -c '^2$')" = 8 ] || fail "the step did not run its 8 tasks after the preflight"
     throttle "$(cat "$LAB/run/pids/slurmd-n3")" 8 || { echo "SKIP: no writable cpu cgroup (v2 cpu.max or v1 cpu.cfs_quota_us)"; exit 77; }
     trap restore EXIT
-    id=$(submit -N 4 --ntasks-per-node=2 --mesh-tp=2 --mesh-preflight --wrap 'srun printenv MESHRUN_TP_SIZE')
+    for attempt in 1 2; do
+      id=$(submit -N 4 --ntasks-per-node=2 --mesh-tp=2 --mesh-preflight --wrap 'srun printenv MESHRUN_TP_SIZE')
+      log=$(cat "job-$id.out"); echo "$log"
+      [ $attempt = 1 ] && mpi_crashed "$log" && { echo "attempt 1: Open MPI crashed; one retry"; continue; }
+      break
+    done
     unthrottle
-    log=$(cat "job-$id.out"); echo "$log"
     [ "$(job_state "$id")" = FAILED ] || fail "job $id with n3 slowed: $(job_state "$id") (want FAILED: its srun refused)"
     echo "$log" | grep -q '^failing nodes: n3$' || fail "n3 not named in the log"
     echo "$log" | grep -q 'meshrun: --mesh-preflight: the preflight step failed (exit 1' || fail "no refusal line"
