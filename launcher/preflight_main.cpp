@@ -275,12 +275,12 @@ void wait_all(const World& w, std::vector<MPI_Request>& reqs, const std::set<int
 // wait for, and the watchdog names the ranks that do not answer and their nodes.
 void gate(const World& w, const std::string& phase) {
   if (w.size == 1) return;
-  static int token = 1;
+  static int token = 1, release = 0;  // what a rank sends, and where it receives the release
   if (w.rank != 0) {
     g_watch.set(phase + " (the release from rank 0)");
     std::vector<MPI_Request> r(2);
     MPI_Isend(&token, 1, MPI_INT, 0, kTagArrive, MPI_COMM_WORLD, &r[0]);
-    MPI_Irecv(&token, 1, MPI_INT, 0, kTagGo, MPI_COMM_WORLD, &r[1]);
+    MPI_Irecv(&release, 1, MPI_INT, 0, kTagGo, MPI_COMM_WORLD, &r[1]);
     const auto since = Clock::now();
     for (;;) {
       int done = 0;
