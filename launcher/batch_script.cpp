@@ -118,6 +118,16 @@ std::vector<std::string> srun_command(const Resolved& r, const BatchOptions& opt
   return v;
 }
 
+std::vector<std::string> preflight_srun_command(const Resolved& r, const BatchOptions& opt) {
+  BatchOptions p = opt;
+  p.command = {opt.meshrun, "preflight", opt.template_path};
+  p.command.insert(p.command.end(), opt.site_options.begin(), opt.site_options.end());
+  p.command.insert(p.command.end(), opt.sets.begin(), opt.sets.end());
+  std::vector<std::string> v = srun_command(r, p, /*mesh_options_on_srun=*/false);
+  std::replace(v.begin(), v.end(), std::string("--kill-on-bad-exit=1"), std::string("--wait=30"));
+  return v;
+}
+
 std::string render_batch_script(const Resolved& r, const BatchOptions& opt) {
   for (const char* key : {"job.name", "job.time", "job.partition", "job.account", "job.qos"}) check_option_value(r, key);
   const JobSpec& job = r.cfg.job.job;
@@ -179,6 +189,19 @@ std::string render_batch_script(const Resolved& r, const BatchOptions& opt) {
   s << "echo \"meshrun: job ${SLURM_JOB_ID} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST}: "
     << r.layout.world() << " ranks\"\n";
 
+  if (opt.preflight) {
+    s << "\n";
+    s << "# --preflight: every node is checked before the job step (devices, CPU binding, GEMM, bandwidth; see\n"
+      << "# `meshrun preflight --help`). A failing node stops the job here; the table above names it.\n";
+    s << shell_join(preflight_srun_command(r, opt)) << "\n";
+    s << "preflight=$?\n";
+    s << "if [ \"$preflight\" -ne 0 ]; then\n";
+    s << "  echo \"meshrun: preflight failed (exit $preflight); the job step was not started. Resubmit with\" \\\n"
+      << "       \"--sbatch-option=--exclude=HOSTLIST, HOSTLIST from the 'failing nodes' line above\"\n";
+    s << "  exit \"$preflight\"\n";
+    s << "fi\n";
+    s << "\n";
+  }
   // With the plugin the srun step inherits the #SBATCH --mesh-* options; without it meshrun exec computes
   // each task's environment.
   std::string srun_line = shell_join(srun_command(r, opt, /*mesh_options_on_srun=*/false));

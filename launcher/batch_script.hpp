@@ -24,6 +24,9 @@ struct BatchOptions {
   // The local Slurm's release (major * 100 + minor, 0 = unknown): --segment (24.05+) keeps the nodes of one
   // multi-node NVLink domain (GB200 NVL72) together.
   int slurm_version = 0;
+  // --preflight: a `meshrun preflight` step on the job's geometry before the job step; the job stops there
+  // when a node fails (docs/launcher.md, "meshrun preflight").
+  bool preflight = false;
 };
 
 // The program every rank runs: opt.command, or the bundled trainer with the template, the site options and
@@ -43,5 +46,11 @@ std::string render_batch_script(const Resolved& r, const BatchOptions& opt);
 // command. Arguments unquoted; the caller quotes them for a script or passes them to execvp. With the plugin,
 // the --mesh-* options go on the srun line unless the step inherits them (#SBATCH lines of the script).
 std::vector<std::string> srun_command(const Resolved& r, const BatchOptions& opt, bool mesh_options_on_srun = true);
+
+// The preflight step of --preflight: the same geometry and task set-up (meshrun exec, or the plugin's --mesh-*
+// options the step inherits) running `meshrun preflight TEMPLATE` with the job's site options and overrides.
+// `--wait=30` instead of --kill-on-bad-exit: every task ends with the verdict's status at about the same time,
+// and a stopped node's tasks are ended 30 s after the first task's watchdog gives up.
+std::vector<std::string> preflight_srun_command(const Resolved& r, const BatchOptions& opt);
 
 }  // namespace meshrun::launch

@@ -83,30 +83,6 @@ struct Explicit {
   std::string master_addr;
 };
 
-// The task as mpirun describes it (OMPI_COMM_WORLD_*). MASTER_ADDR is only known when every rank is on this
-// host, or from the template's hostlist; mpirun's job id (OMPI_MCA_ess_base_jobid) keeps MASTER_PORT apart
-// between concurrent mpiruns.
-meshrun::TaskContext context_from_mpirun(const std::map<std::string, std::string>& env) {
-  meshrun::TaskContext ctx;
-  auto get = [&](const char* name) {
-    const std::string* v = find(env, name);
-    if (!v) throw meshrun::ConfigError(std::string(name) + " is not set; mpirun (Open MPI) sets it for every rank");
-    return to_int(*v, name, 0);
-  };
-  ctx.world = get("OMPI_COMM_WORLD_SIZE");
-  ctx.rank = get("OMPI_COMM_WORLD_RANK");
-  ctx.local_rank = get("OMPI_COMM_WORLD_LOCAL_RANK");
-  ctx.local_world = get("OMPI_COMM_WORLD_LOCAL_SIZE");
-  ctx.node_id = ctx.local_world > 0 ? ctx.rank / ctx.local_world : 0;
-  ctx.omp_threads_given = find(env, "OMP_NUM_THREADS") != nullptr;
-  if (const std::string* id = find(env, "OMPI_MCA_ess_base_jobid")) {
-    uint32_t v = 0;
-    std::from_chars(id->data(), id->data() + id->size(), v);
-    ctx.job_id = v;
-  }
-  return ctx;
-}
-
 }  // namespace
 
 int cmd_exec(int argc, char** argv) {
@@ -179,7 +155,7 @@ int cmd_exec(int argc, char** argv) {
       ctx.world = expl.world;
     } else if (find(env, "OMPI_COMM_WORLD_RANK")) {
       mode = "mpirun";
-      ctx = context_from_mpirun(env);
+      ctx = launch::context_from_mpirun(env);
     } else if (find(env, "SLURM_PROCID")) {
       mode = "slurm";  // task_env_from_slurm() below: the plugin's own path from Slurm's variables
     } else {

@@ -33,6 +33,8 @@ const char* kSbatchHelp =
     "  --cpus-per-task N      CPUs per rank (default: the partition's CPUs per node / ranks per node, from sinfo)\n"
     "  --output PATTERN       log file (default %%x-%%j.out: job name and id; appended across requeues)\n"
     "  --sbatch-option OPT    one more #SBATCH line, e.g. --sbatch-option=--exclusive (repeatable)\n"
+    "  --preflight            run `meshrun preflight` on the job's nodes first; the job stops there when a node\n"
+    "                         fails, naming it (the job step is not started)\n"
     "%s"
     "\n"
     "examples:\n"
@@ -40,6 +42,7 @@ const char* kSbatchHelp =
     "  meshrun sbatch templates/llama3-8b.toml --set job.partition=gpu --set training.steps=100\n"
     "  meshrun sbatch templates/tiny.toml --plugin no -- python train.py --epochs 1\n"
     "  meshrun sbatch templates/llama3-405b.toml --sbatch-option=--exclusive --sbatch-option=--constraint=h100\n"
+    "  meshrun sbatch templates/llama3-70b.toml --preflight\n"
     "\n"
     "exit status: 0 submitted (prints 'Submitted batch job ID') or printed; 2 bad input; 1 sbatch failed\n";
 
@@ -73,6 +76,11 @@ int cmd_sbatch(int argc, char** argv) {
       }
       if (cli::take_value(a, i, "--sbatch-option", &v)) {
         opt.extra.push_back(v);
+        return true;
+      }
+      if (a[i] == "--preflight") {
+        opt.preflight = true;
+        ++i;
         return true;
       }
       return false;

@@ -8,3 +8,4 @@ int cmd_exec(int argc, char** argv);
 int cmd_sbatch(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_plot(int argc, char** argv);
+int cmd_preflight(int argc, char** argv);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <filesystem>
 #include <sstream>
 #include <string_view>
@@ -171,6 +172,35 @@ std::string trainer_path() {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate.lexically_normal().string();
   }
   return "meshrun-train";
+}
+
+TaskContext context_from_mpirun(const std::map<std::string, std::string>& env) {
+  TaskContext ctx;
+  auto find = [&](const char* name) -> const std::string* {
+    auto it = env.find(name);
+    return it == env.end() || it->second.empty() ? nullptr : &it->second;
+  };
+  auto get = [&](const char* name) {
+    const std::string* v = find(name);
+    if (!v) throw ConfigError(std::string(name) + " is not set; mpirun (Open MPI) sets it for every rank");
+    int out = 0;
+    auto r = std::from_chars(v->data(), v->data() + v->size(), out);
+    if (r.ec != std::errc() || r.ptr != v->data() + v->size() || out < 0)
+      throw ConfigError(std::string(name) + "=" + *v + ": expected an integer ≥ 0");
+    return out;
+  };
+  ctx.world = get("OMPI_COMM_WORLD_SIZE");
+  ctx.rank = get("OMPI_COMM_WORLD_RANK");
+  ctx.local_rank = get("OMPI_COMM_WORLD_LOCAL_RANK");
+  ctx.local_world = get("OMPI_COMM_WORLD_LOCAL_SIZE");
+  ctx.node_id = ctx.local_world > 0 ? ctx.rank / ctx.local_world : 0;
+  ctx.omp_threads_given = find("OMP_NUM_THREADS") != nullptr;
+  if (const std::string* id = find("OMPI_MCA_ess_base_jobid")) {
+    uint32_t v = 0;
+    std::from_chars(id->data(), id->data() + id->size(), v);
+    ctx.job_id = v;
+  }
+  return ctx;
 }
 
 std::optional<std::string> find_in_path(const std::string& name, const std::map<std::string, std::string>& env) {

@@ -12,6 +12,7 @@
 #include "meshrun/config.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/rank_map.hpp"
+#include "meshrun/task_env.hpp"
 
 namespace meshrun::launch {
 
@@ -62,6 +63,11 @@ std::string self_path();
 // The trainer: `meshrun-train` next to this binary (install tree), in ../trainer (build tree), else the bare
 // name for $PATH.
 std::string trainer_path();
+// The task as mpirun describes it (OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; the job id for MASTER_PORT
+// from OMPI_MCA_ess_base_jobid). MASTER_ADDR is left to the caller. Throws ConfigError naming a missing or
+// malformed variable. `meshrun exec` and `meshrun preflight` read a task the same way.
+TaskContext context_from_mpirun(const std::map<std::string, std::string>& env);
+
 // First directory of $PATH (from `env`) holding an executable `name`; nullopt when none does.
 std::optional<std::string> find_in_path(const std::string& name, const std::map<std::string, std::string>& env);
 

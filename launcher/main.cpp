@@ -36,6 +36,9 @@ const Command kCommands[] = {
 #ifdef MESHRUN_HAVE_CMD_EXEC
     {"exec", cmd_exec, "per-task wrapper: set rank, GPU, CPU binding and NCCL, then exec a command"},
 #endif
+#ifdef MESHRUN_HAVE_CMD_PREFLIGHT
+    {"preflight", cmd_preflight, "check an allocation's nodes (devices, binding, GEMM, bandwidth) before a job"},
+#endif
 };
 
 void usage(std::FILE* out) {

@@ -44,13 +44,16 @@ const std::vector<OptionSpec>& option_specs() {
        "[meshrun] extra task variables, allow-listed like a template's [env], e.g. --mesh-env=NCCL_DEBUG=INFO"},
       {OptionId::dry_run, "mesh-dry-run", nullptr, "[meshrun] srun: print the step's rank map, launch nothing"},
       {OptionId::off, "mesh-off", nullptr, "[meshrun] disable meshrun for this job or step"},
+      {OptionId::preflight, "mesh-preflight", nullptr,
+       "[meshrun] srun (every srun of an sbatch/salloc job): first run `meshrun preflight` on the step's nodes; "
+       "a failing node refuses the step"},
   };
   return specs;
 }
 
 bool MeshOptions::active() const {
   if (off) return false;
-  return tp || cp || pp || dp || ep || order || template_file || !env.empty() || dry_run;
+  return tp || cp || pp || dp || ep || order || template_file || !env.empty() || dry_run || preflight;
 }
 
 bool set_option(MeshOptions& o, OptionId id, const char* arg, std::string* error) {
@@ -105,6 +108,7 @@ bool set_option(MeshOptions& o, OptionId id, const char* arg, std::string* error
     }
     case OptionId::dry_run: o.dry_run = true; return true;
     case OptionId::off: o.off = true; return true;
+    case OptionId::preflight: o.preflight = true; return true;
   }
   *error = "unknown meshrun option";
   return false;

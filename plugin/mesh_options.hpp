@@ -10,7 +10,7 @@
 
 namespace meshrun::plugin {
 
-enum class OptionId { tp, cp, pp, dp, ep, order, template_file, env, dry_run, off };
+enum class OptionId { tp, cp, pp, dp, ep, order, template_file, env, dry_run, off, preflight };
 
 struct OptionSpec {
   OptionId id;
@@ -31,6 +31,9 @@ struct MeshOptions {
   std::vector<std::pair<std::string, std::string>> env;
   bool dry_run = false;
   bool off = false;
+  // --mesh-preflight: srun runs a `meshrun preflight` step on the step's nodes first and refuses the step when a
+  // node fails (preflight_step.hpp); from sbatch/salloc it reaches every srun of the job.
+  bool preflight = false;
   // True when any --mesh-* option asks for a layout; without one the plugin leaves jobs alone.
   bool active() const;
 };

@@ -29,7 +29,7 @@ bool parse_plugstack_args(int ac, char** av, PlugstackArgs* out, std::string* er
     };
     if (eq == std::string_view::npos)
       return bad("arguments are key=value: site=FILE, default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, "
-                 "hca=node|rank, cpu_bind=numa|none, socket_ifname=IF");
+                 "hca=node|rank, cpu_bind=numa|none, socket_ifname=IF, meshrun=PATH");
     if (!key.empty()) a.given.insert(std::string(key));
     if (key == "site") {
       if (value.empty() || value[0] != '/') return bad("site needs an absolute path to the site file, e.g. site=/etc/meshrun/site.toml");
@@ -60,13 +60,16 @@ bool parse_plugstack_args(int ac, char** av, PlugstackArgs* out, std::string* er
     } else if (key == "cpu_bind") {
       if (value != "numa" && value != "none") return bad("use cpu_bind=numa or cpu_bind=none");
       a.cpu_bind = value == "numa";
+    } else if (key == "meshrun") {
+      if (value.empty() || value[0] != '/') return bad("meshrun needs an absolute path to the meshrun CLI, e.g. meshrun=/usr/bin/meshrun");
+      a.meshrun = value;
     } else if (key == "socket_ifname") {
       if (value.empty() || value.find_first_of(" \t") != std::string_view::npos)
         return bad("socket_ifname needs an interface name or NCCL prefix list, e.g. socket_ifname=eth0");
       a.socket_ifname = value;
     } else {
       return bad("unknown key '" + std::string(key) +
-                 "'; known: site, default_order, topology_xml, nccl, allow_env, hca, cpu_bind, socket_ifname");
+                 "'; known: site, default_order, topology_xml, nccl, allow_env, hca, cpu_bind, socket_ifname, meshrun");
     }
   }
   *out = std::move(a);

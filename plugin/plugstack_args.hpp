@@ -1,7 +1,7 @@
 // Site configuration from the plugin's plugstack.conf line, e.g.
 //   required /usr/lib/x86_64-linux-gnu/slurm/spank_meshrun.so default_order=tp-cp-ep-dp-pp nccl=auto
 // Keys: site=FILE, default_order=, topology_xml=, nccl=auto|off, allow_env=A,B, hca=node|rank, cpu_bind=numa|none,
-// socket_ifname=IF. The site file's [site] section is the policy; nccl/allow_env/hca/cpu_bind/socket_ifname
+// socket_ifname=IF, meshrun=PATH. The site file's [site] section is the policy; nccl/allow_env/hca/cpu_bind/socket_ifname
 // given here override it.
 // Parsed in every context (each is its own process); an unknown or malformed argument is an error.
 #pragma once
@@ -23,6 +23,8 @@ struct PlugstackArgs {
   // site=/etc/meshrun/site.toml: the site file (the one policy source, also read by `meshrun exec`); empty =
   // $MESHRUN_SITE_CONFIG, else /etc/meshrun/site.toml when it exists.
   std::string site_file;
+  // meshrun=/usr/bin/meshrun: the meshrun CLI --mesh-preflight runs; empty = `meshrun` on srun's $PATH.
+  std::string meshrun;
   // The keys given on the plugstack line: they override the site file's [site] values; the others come from it.
   std::set<std::string> given;
 };

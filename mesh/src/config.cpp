@@ -159,6 +159,9 @@ std::vector<Field> make_schema() {
   add(choose(field("site.hca_scope", &JobConfig::site, &SiteSpec::hca_scope, V::string, "site: NCCL_IB_HCA per node (default) or per rank (warned)"), {"node", "rank"}));
   add(choose(field("site.cpu_bind", &JobConfig::site, &SiteSpec::cpu_bind, V::string, "site: CPU binding"), {"numa", "none"}));
   add(at_least(field("site.port_base", &JobConfig::site, &SiteSpec::port_base, V::integer, "site: MASTER_PORT range start"), 1024));
+  add(nonneg(field("site.preflight_gemm_gflops", &JobConfig::site, &SiteSpec::preflight_gemm_gflops, V::number, "site: meshrun preflight's expected GEMM GFLOP/s per device (0 = the allocation's median)")));
+  add(nonneg(field("site.preflight_p2p_gbs", &JobConfig::site, &SiteSpec::preflight_p2p_gbs, V::number, "site: meshrun preflight's expected node-to-node GB/s each way (0 = the median)")));
+  add(nonneg(field("site.preflight_allreduce_gbs", &JobConfig::site, &SiteSpec::preflight_allreduce_gbs, V::number, "site: meshrun preflight's expected all-reduce bus GB/s (0 = none)")));
   return f;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <tuple>
 
 #include "meshrun/limits.hpp"
 
@@ -232,6 +233,67 @@ std::optional<std::vector<std::string>> expand_hostlist(std::string_view expr, s
     for (auto& h : partial) hosts.push_back(std::move(h));
   }
   return hosts;
+}
+
+}  // namespace meshrun
+
+namespace meshrun {
+
+std::string compress_hostlist(const std::vector<std::string>& hosts) {
+  struct Name {
+    std::string prefix, digits;  // digits empty: listed as it is
+    unsigned long value = 0;
+  };
+  std::vector<Name> names;
+  names.reserve(hosts.size());
+  for (const std::string& h : hosts) {
+    size_t cut = h.size();
+    while (cut > 0 && h[cut - 1] >= '0' && h[cut - 1] <= '9') --cut;
+    Name n;
+    n.prefix = h.substr(0, cut);
+    n.digits = h.substr(cut);
+    if (n.digits.size() > 18) {  // beyond unsigned long: keep the name whole
+      n.prefix = h;
+      n.digits.clear();
+    }
+    if (!n.digits.empty()) std::from_chars(n.digits.data(), n.digits.data() + n.digits.size(), n.value);
+    names.push_back(std::move(n));
+  }
+  auto key = [](const Name& n) { return std::tuple(n.prefix, n.digits.empty(), n.value, n.digits.size()); };
+  std::sort(names.begin(), names.end(), [&](const Name& a, const Name& b) { return key(a) < key(b); });
+  names.erase(std::unique(names.begin(), names.end(),
+                          [](const Name& a, const Name& b) { return a.prefix == b.prefix && a.digits == b.digits; }),
+              names.end());
+  std::string out;
+  for (size_t i = 0; i < names.size();) {
+    if (!out.empty()) out += ',';
+    if (names[i].digits.empty()) {
+      out += names[i++].prefix;
+      continue;
+    }
+    size_t end = i;  // names[i, end) share the prefix and have digits
+    while (end < names.size() && !names[end].digits.empty() && names[end].prefix == names[i].prefix) ++end;
+    if (end - i == 1) {
+      out += names[i].prefix + names[i].digits;
+      i = end;
+      continue;
+    }
+    out += names[i].prefix + '[';
+    for (size_t r = i; r < end;) {
+      const int64_t width = static_cast<int64_t>(names[r].digits.size());
+      size_t last = r;
+      while (last + 1 < end && names[last + 1].value == names[last].value + 1 &&
+             names[last + 1].digits == number(names[last + 1].value, width))
+        ++last;
+      if (r != i) out += ',';
+      out += names[r].digits;
+      if (last > r) out += '-' + names[last].digits;
+      r = last + 1;
+    }
+    out += ']';
+    i = end;
+  }
+  return out;
 }
 
 }  // namespace meshrun

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Command-line cases of `meshrun exec|sbatch|run|plot`, one per ctest entry: cli_cases.sh CASE
+# Command-line cases of `meshrun exec|sbatch|run|plot|preflight`, one per ctest entry: cli_cases.sh CASE
 # Needs MESHRUN (the binary) and SRC (the source tree). Every command runs in a clean environment (no host
 # SLURM_* variables) under a timeout; bad input must exit 2 with exactly one line on stderr.
 set -u
@@ -151,7 +151,7 @@ case $case_name in
     expect_bad "16384 ranks" "meshrun sbatch"
     ;;
   help)
-    for c in plan exec sbatch run plot; do
+    for c in plan exec sbatch run plot preflight; do
       m -- "$c" --help
       expect_rc 0
       expect_out "usage: meshrun $c"
@@ -178,7 +178,7 @@ case $case_name in
       [ ! -s "$work/err" ] || fail "groff warnings: $(cat "$work/err")"
     fi
     MANWIDTH=200 man -l "$SRC/launcher/meshrun.1" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' >"$work/man.txt"
-    for c in plan exec sbatch run plot; do
+    for c in plan exec sbatch run plot preflight; do
       m -- "$c" --help
       for opt in $(grep -o '^  --[a-z-]*' "$work/out"); do
         grep -q -- "$opt" "$work/man.txt" || fail "the man page does not mention $c's $opt"
@@ -378,6 +378,45 @@ case $case_name in
     grep -qF "planner estimate: $per_gpu tokens/s per GPU × 4 GPUs" "$work/near.svg" || fail "near.svg lacks plan's $per_gpu"
     grep -qF "above this axis" "$work/near.svg" && fail "a near estimate was put off the axis"
     [ "$(grep -c 'class="estimate"' "$work/near.svg")" = 2 ] || fail "no dashed line across the panel"
+    ;;
+  preflight-mpirun)
+    # meshrun preflight without Slurm: 2 ranks under mpirun (through meshrun run, i.e. meshrun exec binds them),
+    # one node: every check of a CPU node, and the verdict lines; then the same ranks left unbound (exec
+    # --no-bind): the binding row fails and the node is named.
+    [ "$(nproc)" -ge 2 ] || { echo "SKIP: needs 2 CPUs"; exit 77; }
+    command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
+    m -- run "$TINY" --no-site --gpus-per-node 2 -- "$MESHRUN" preflight "$TINY" --no-site --gpus-per-node 2
+    expect_rc 0
+    expect_out "meshrun preflight: 1 node ("
+    expect_out "skipped: no GPU on this node"
+    grep -Eq '^[^ ]+ +binding +rank 0: CPUs [0-9,-]+; rank 1: CPUs [0-9,-]+ +PASS: as the rank map says$' "$work/out" || fail "binding row"
+    grep -Eq '^[^ ]+ +gemm +[0-9.]+ GFLOP/s \(slowest of 0:[0-9.]+ 1:[0-9.]+\) +PASS' "$work/out" || fail "gemm row"
+    expect_out "skipped: one node, no link to measure"
+    expect_out "all 1 node passed"
+    grep -Eq '^time: [0-9.]+ s' "$work/out" || fail "no time line"
+    root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+    env -i PATH=/usr/bin:/bin HOME="$work" timeout 60 mpirun -np 2 --bind-to none "${root[@]}" "$MESHRUN" exec --no-bind \
+      --template "$TINY" --no-site --gpus-per-node 2 -- "$MESHRUN" preflight "$TINY" --no-site --gpus-per-node 2 \
+      >"$work/out" 2>"$work/err"
+    echo $? >"$work/rc"
+    expect_rc 1
+    grep -Eq '^[^ ]+ +binding .* FAIL: rank 0 runs on CPUs [0-9,-]+, the map says [0-9,-]+' "$work/out" || fail "unbound ranks passed"
+    expect_out "failing nodes: "
+    ;;
+  preflight-bad-input)
+    m -- preflight "$TINY" --no-site
+    expect_bad "not started as a job step" "srun --mpi=pmix"
+    m -- preflight --min-fraction 0 "$TINY"
+    expect_bad "--min-fraction 0: expected a number in (0, 1]"
+    m -- preflight --timeout soon "$TINY"
+    expect_bad "--timeout soon"
+    m -- preflight "$TINY" --colour
+    expect_bad "unknown option '--colour'"
+    m OMPI_COMM_WORLD_RANK=0 -- preflight "$work/missing.toml"
+    expect_bad "missing.toml"
+    m -- preflight --help
+    expect_rc 0
+    expect_out "failing nodes: HOSTLIST"
     ;;
   *) echo "unknown case '$case_name'"; exit 2 ;;
 esac

@@ -121,7 +121,7 @@ TEST_CASE("init registers every option, prefixed, in sbatch's context") {
   REQUIRE(init(nullptr, 0, nullptr) == 0);
   std::set<std::string> got(fake.registered.begin(), fake.registered.end());
   CHECK(got == std::set<std::string>{"mesh-tp", "mesh-cp", "mesh-pp", "mesh-dp", "mesh-ep", "mesh-order",
-                                     "mesh-template", "mesh-env", "mesh-dry-run", "mesh-off"});
+                                     "mesh-template", "mesh-env", "mesh-dry-run", "mesh-off", "mesh-preflight"});
   CHECK(fake.errors.empty());
 }
 
@@ -141,5 +141,5 @@ TEST_CASE("an unknown plugstack argument fails at load, except inside slurmstepd
   fake = FakeSlurm{};
   fake.context = S_CTX_REMOTE;
   CHECK(init(nullptr, 1, av) == 0);
-  CHECK(fake.registered.size() == 10);
+  CHECK(fake.registered.size() == 11);
 }

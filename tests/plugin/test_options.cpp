@@ -4,6 +4,7 @@
 
 #include "mesh_options.hpp"
 #include "plugstack_args.hpp"
+#include "preflight_step.hpp"
 
 using namespace meshrun::plugin;
 
@@ -12,7 +13,7 @@ TEST_CASE("every option carries the mesh- prefix (getopt prefix hazard)") {
     CHECK(std::string(s.name).rfind("mesh-", 0) == 0);
     CHECK(std::string(s.usage).rfind("[meshrun]", 0) == 0);
   }
-  CHECK(option_specs().size() == 10);
+  CHECK(option_specs().size() == 11);
 }
 
 TEST_CASE("sizes are positive integers, dp also auto, and later values win") {
@@ -130,4 +131,40 @@ TEST_CASE("mesh-env: NAME=VALUE pairs, refused with the fix otherwise") {
     CHECK_FALSE(set_option(o, OptionId::env, bad, &err));
     CHECK(err.find("--mesh-env=") == 0);
   }
+}
+
+TEST_CASE("the preflight option asks for meshrun; the preflight step srun starts for it") {
+  MeshOptions o;
+  std::string err;
+  CHECK_FALSE(o.active());
+  REQUIRE(set_option(o, OptionId::preflight, nullptr, &err));
+  CHECK(o.preflight);
+  CHECK(o.active());
+  REQUIRE(set_option(o, OptionId::tp, "2", &err));
+  REQUIRE(set_option(o, OptionId::dp, "auto", &err));
+  REQUIRE(set_option(o, OptionId::template_file, "job.toml", &err));
+  PlugstackArgs args;
+  char a1[] = "topology_xml=/etc/meshrun/node.xml", a2[] = "meshrun=/opt/meshrun/bin/meshrun", a3[] = "site=/etc/meshrun/site.toml";
+  char* av[] = {a1, a2, a3};
+  REQUIRE(parse_plugstack_args(3, av, &args, &err));
+  CHECK(args.meshrun == "/opt/meshrun/bin/meshrun");
+  StepShape shape;
+  shape.nodes = 4;
+  shape.tasks = 8;
+  shape.cwd = "/home/u/run";
+  StepPlan plan;
+  plan.config.job.parallel.order = "tp-cp-pp-dp";
+  const auto v = preflight_srun_args(o, args, shape, plan, args.meshrun);
+  const std::vector<std::string> want{"srun", "--mpi=pmix", "--wait=30", "--nodes=4", "--ntasks-per-node=2",
+                                      "/opt/meshrun/bin/meshrun", "preflight", "/home/u/run/job.toml", "--mesh-tp", "2",
+                                      "--mesh-dp", "auto", "--mesh-order", "tp-cp-pp-dp", "--site",
+                                      "/etc/meshrun/site.toml", "--topology", "/etc/meshrun/node.xml"};
+  CHECK(v == want);
+  // Unknown geometry (srun's arguments do not say): the allocation's defaults, as for the step itself.
+  const auto bare = preflight_srun_args(MeshOptions{}, PlugstackArgs{}, StepShape{}, plan, "meshrun");
+  CHECK(bare == std::vector<std::string>{"srun", "--mpi=pmix", "--wait=30", "meshrun", "preflight", "--mesh-order", "tp-cp-pp-dp"});
+  char bad[] = "meshrun=relative/meshrun";
+  char* bv[] = {bad};
+  CHECK_FALSE(parse_plugstack_args(1, bv, &args, &err));
+  CHECK(err.find("meshrun needs an absolute path") != std::string::npos);
 }

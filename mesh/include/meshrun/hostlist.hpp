@@ -1,4 +1,4 @@
-// Slurm hostlist expressions, expanded without calling scontrol.
+// Slurm hostlist expressions, expanded and compressed without calling scontrol.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -25,5 +25,13 @@ std::optional<HostlistSize> hostlist_size(std::string_view expr, std::string* er
 // Well-formed and within limits::kHosts hosts and limits::kHostlistBytes characters, counted over the whole
 // hostlist (every bracket, every comma-separated item). *error is one line without the expression.
 bool check_hostlist(std::string_view expr, std::string* error);
+
+// The inverse, as `scontrol show hostlist` writes it: n1 n2 n3 n7 -> "n[1-3,7]". Names are grouped by the text
+// before their trailing digits and sorted by number; a run of consecutive numbers becomes a range when every
+// number is written with the run's first width (n9 n10 -> "n[9-10]", node001..node100 -> "node[001-100]",
+// n01 n2 -> "n[01,2]"). A lone name stays plain ("n4"); names without trailing digits (or with more than 18)
+// are listed as they are. Duplicates are dropped. expand_hostlist() of the result gives the same names, sorted
+// by prefix and number. "" for an empty list. For `srun --exclude` and `sbatch --exclude` lists.
+std::string compress_hostlist(const std::vector<std::string>& hosts);
 
 }  // namespace meshrun

@@ -128,6 +128,11 @@ struct SiteSpec {
                                        // rank: the task's paired NIC (NCCL advises against it; warned)
   std::string cpu_bind = "numa";       // numa: bind to the GPU's NUMA domain; none
   int port_base = 20000;               // MASTER_PORT range start (see docs/topology.md)
+  // `meshrun preflight`'s expected figures for this site's nodes; 0 = judge each node against the allocation's
+  // median instead (docs/launcher.md, "meshrun preflight").
+  double preflight_gemm_gflops = 0;    // GEMM GFLOP/s per device (task)
+  double preflight_p2p_gbs = 0;        // point-to-point GB/s each way between two nodes' leader ranks
+  double preflight_allreduce_gbs = 0;  // all-reduce bus bandwidth (GB/s) over one rank per node
 };
 
 // Everything one template describes.
