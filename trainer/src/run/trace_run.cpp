@@ -145,7 +145,8 @@ std::string RunTracer::metadata_events() const {
 }
 
 std::string RunTracer::other_data(const std::vector<int>& ranks, const std::vector<std::string>& nodes,
-                                  const std::vector<long long>& events, const std::vector<long long>& dropped) const {
+                                  const std::vector<long long>& events, const std::vector<long long>& dropped,
+                                  const char* merged) const {
   const Layout& l = grid_.layout();
   std::string out;
   JsonWriter j(out);
@@ -165,8 +166,7 @@ std::string RunTracer::other_data(const std::vector<int>& ranks, const std::vect
   j.field("time_unit", "us from the clock origin (the aligned exit of a start-up MPI_Barrier)");
   j.field("clock_alignment", "best of 10 timed MPI_Barriers; the ranks' origins differ by at most clock_error_bound_us");
   j.field("clock_error_bound_us", error_bound_us_);
-  j.field("ranks_merged", ranks.size() == static_cast<std::size_t>(world_) ? std::string("all")
-                                                                          : std::string("dp 0 (world > 512)"));
+  j.field("ranks_merged", merged);
   j.key("ranks").begin_array();
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const Coord c = grid_.coords(ranks[i]);
@@ -201,7 +201,7 @@ void RunTracer::finish() {
     return "{\"displayTimeUnit\":\"ms\",\"otherData\":" + other + ",\n\"traceEvents\":[\n";
   };
   const std::string own_path = rank_file(setup_.dir, rank_);
-  std::string err = write_file(own_path, head(other_data({rank_}, {node_}, {n_events}, {n_dropped})), {&text}, tail);
+  std::string err = write_file(own_path, head(other_data({rank_}, {node_}, {n_events}, {n_dropped}, "this rank")), {&text}, tail);
   if (!err.empty()) {
     std::fprintf(stderr, "meshrun-train: rank %d: trace: %s; training goes on\n", rank_, err.c_str());
     std::fflush(stderr);
@@ -246,7 +246,7 @@ void RunTracer::finish() {
     if (f && std::fwrite(s.data(), 1, s.size(), f) != s.size() && err.empty())
       err = "writing " + path + " failed (" + std::strerror(errno) + ")";
   };
-  put(head(other_data(ranks, nodes, events, dropped)));
+  put(head(other_data(ranks, nodes, events, dropped, world_ <= kMergeEveryRankUpTo ? "all" : "dp 0 (world > 512)")));
   put(text);  // rank 0 is always merged (dp 0)
   std::string other;
   for (int r : ranks) {

@@ -58,8 +58,10 @@ class RunTracer {
   void finish();
 
  private:
+  // `merged`: which ranks the file holds ("all", "dp 0 (world > 512)", "this rank").
   std::string other_data(const std::vector<int>& ranks, const std::vector<std::string>& nodes,
-                         const std::vector<long long>& events, const std::vector<long long>& dropped) const;
+                         const std::vector<long long>& events, const std::vector<long long>& dropped,
+                         const char* merged) const;
   std::string metadata_events() const;
 
   TraceSetup setup_;
