@@ -23,6 +23,7 @@
 #include "meshrun/config.hpp"
 #include "meshrun/layout.hpp"
 #include "plot.hpp"
+#include "timeline.hpp"
 #ifdef MESHRUN_HAVE_PLANNER
 #include "meshrun/planner.hpp"
 #endif
@@ -33,15 +34,23 @@ namespace {
 
 const char* kPlotHelp =
     "usage: meshrun plot FILE.jsonl... -o OUT.svg|OUT.png [options]\n"
+    "       meshrun plot --timeline DIR/trace.json -o OUT.svg|OUT.png [--step N] [--title TEXT]\n"
     "\n"
     "Draw training curves from meshrun-train metrics files (JSON Lines): loss (eval loss as circles), learning\n"
     "rate, grad norm, global tokens/s and MFU, one panel each over the step axis; a panel no file has data for\n"
     "is left out. Several files overlay, one colour each, labelled by the layout of their run records.\n"
     "\n"
+    "With --timeline: the measured pipeline timeline of one traced step (meshrun-train --trace DIR writes\n"
+    "DIR/trace.json), a row per pipeline rank of dp 0 with F, B and W in the colours of 'meshrun plan --schedule',\n"
+    "above the schedule simulator's plan for the same layout (read from the trace); prints the bubble fraction of\n"
+    "each: measured = idle ÷ (pp × the step's pipeline span), simulated = 'meshrun plan --schedule''s figure.\n"
+    "\n"
     "options:\n"
     "  -o, --output FILE        write FILE: .svg, or .png (the SVG converted by rsvg-convert, package\n"
     "                           librsvg2-bin)\n"
     "  --title TEXT             the picture's title (default: \"Training metrics\" and the model)\n"
+    "  --timeline TRACE         draw TRACE (DIR/trace.json, or DIR) instead of metrics files\n"
+    "  --step N                 with --timeline: the traced step to draw (default: the last traced)\n"
     "  --template T.toml        draw the planner's throughput estimate for this job (what 'meshrun plan T.toml\n"
     "                           --estimate' prints, per GPU, times the job's GPUs) on the tokens/s panel\n"
     "  with --template:\n"
@@ -51,6 +60,7 @@ const char* kPlotHelp =
     "  meshrun-train templates/tiny.toml --metrics run.jsonl && meshrun plot run.jsonl -o run.svg\n"
     "  meshrun plot tp2.jsonl pp2.jsonl -o compare.png --title 'tiny: TP 2 against PP 2'\n"
     "  meshrun plot run.jsonl -o run.svg --template templates/llama3-8b.toml --set training.steps=100\n"
+    "  meshrun-train T.toml --trace tr && meshrun plot --timeline tr/trace.json -o timeline.png\n"
     "\n"
     "exit status: 0 written, 2 bad input (one line on stderr naming FILE:LINE), 1 rsvg-convert failed\n";
 
@@ -145,7 +155,8 @@ int cmd_plot(int argc, char** argv) {
   using namespace meshrun;
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> inputs;
-  std::string output, title;
+  std::string output, title, timeline;
+  std::optional<int> step;
   ConfigRequest req;
   bool config_flags = false;
   try {
@@ -162,6 +173,19 @@ int cmd_plot(int argc, char** argv) {
       }
       if (cli::take_value(args, i, "--title", &v)) {
         title = v;
+        continue;
+      }
+      if (cli::take_value(args, i, "--timeline", &v)) {
+        if (!timeline.empty()) throw ConfigError("--timeline given twice; give one trace");
+        timeline = v;
+        continue;
+      }
+      if (cli::take_value(args, i, "--step", &v)) {
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < 1 || n > 1000000000)
+          throw ConfigError("--step " + v + ": give a traced step number (1 or more)");
+        step = static_cast<int>(n);
         continue;
       }
       if (cli::take_value(args, i, "--template", &v)) {
@@ -181,7 +205,12 @@ int cmd_plot(int argc, char** argv) {
       inputs.push_back(a);
       ++i;
     }
-    if (inputs.empty())
+    if (!timeline.empty() && !inputs.empty())
+      throw ConfigError("--timeline draws one trace; give no metrics files with it (" + inputs.front() + ")");
+    if (!timeline.empty() && (config_flags || !req.template_path.empty()))
+      throw ConfigError("--template and --set do not apply to --timeline: the layout comes from the trace");
+    if (step && timeline.empty()) throw ConfigError("--step applies to --timeline; give --timeline DIR/trace.json");
+    if (inputs.empty() && timeline.empty())
       throw ConfigError("no metrics file; give FILE.jsonl (meshrun-train --metrics FILE.jsonl writes one)");
     if (output.empty()) throw ConfigError("no output; give -o OUT.svg or -o OUT.png");
     if (!ends_with(output, ".svg") && !ends_with(output, ".png"))
@@ -200,6 +229,28 @@ int cmd_plot(int argc, char** argv) {
     if (rsvg.empty())
       return fail("-o " + output + " needs rsvg-convert, which is not on PATH; install the package librsvg2-bin "
                   "(apt-get install librsvg2-bin), or write SVG with -o FILE.svg");
+  }
+
+  if (!timeline.empty()) {
+    std::string svg, summary;
+    try {
+      const timeline::Trace trace = timeline::read_trace(timeline);
+      const timeline::Comparison comparison = timeline::compare(trace, step);
+      svg = timeline::render_timeline_svg(trace, comparison, title);
+      summary = timeline::summary_text(trace, comparison);
+    } catch (const timeline::TimelineError& e) {
+      return fail(e.what());
+    }
+    std::string error;
+    if (!png) {
+      if (!write_file(output, svg, &error)) return fail(error);
+    } else if (const int rc = convert_to_png(rsvg, svg, output); rc != 0) {
+      std::fprintf(stderr, "meshrun plot: %s failed (exit %d) writing %s\n", rsvg.c_str(), rc,
+                   cut_value(output, 200).c_str());
+      return 1;
+    }
+    std::fputs(summary.c_str(), stdout);
+    return 0;
   }
 
   plot::PlotOptions options;

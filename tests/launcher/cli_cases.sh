@@ -200,6 +200,9 @@ case $case_name in
     complete_words meshrun run x.toml -- ech | grep -qx echo || fail "command after --"
     complete_words meshrun plot tests/launcher/plot/run-tp | grep -qx tests/launcher/plot/run-tp2-dp2.jsonl || fail "plot: metrics file"
     complete_words meshrun plot x.jsonl --tem | grep -qx -- --template || fail "plot --template"
+    complete_words meshrun plot --time | grep -qx -- --timeline || fail "plot --timeline"
+    complete_words meshrun plot --timeline tests/launcher/plot/trace-tiny | grep -qx tests/launcher/plot/trace-tiny-pp2.json ||
+      fail "plot --timeline: a trace file"
     ;;
   run-trainer-command)
     # `-- meshrun-train T` gets the job's overrides: trained with pp = 2 and 2 steps, as the ranks are laid out.
@@ -417,6 +420,74 @@ case $case_name in
     m -- preflight --help
     expect_rc 0
     expect_out "failing nodes: HOSTLIST"
+    ;;
+  plot-timeline)
+    # A trace meshrun-train --trace wrote (tiny, pp 2 × dp 1 on 2 ranks, zb, 4 micro-batches; the docs' picture): the
+    # same SVG twice, valid XML; the measured bubble printed equals this script's own reckoning from the file
+    # (dp 0's ranks, step 2: idle in [first pipeline start, last end] over pp × that span), the simulated one
+    # meshrun plan --schedule's for the same layout.
+    fx=$SRC/tests/launcher/plot/trace-tiny-pp2.json
+    m -- plot --timeline "$fx" -o "$work/a.svg"
+    expect_rc 0
+    [ ! -s "$work/err" ] || fail "plot --timeline wrote to stderr"
+    cp "$work/out" "$work/summary"
+    m -- plot --timeline "$fx" -o "$work/b.svg"
+    cmp -s "$work/a.svg" "$work/b.svg" || fail "two runs on the same trace differ"
+    if command -v xmllint >/dev/null; then
+      xmllint --noout "$work/a.svg" 2>"$work/err" || fail "xmllint: $(cat "$work/err")"
+    else
+      python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$work/a.svg" || fail "not XML"
+    fi
+    want=$(python3 - "$fx" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+o = d["otherData"]
+ranks = {r["pp"]: r["rank"] for r in o["ranks"] if r["dp"] == 0 and r["tp"] == 0 and r["cp"] == 0}
+step = o["steps"][-1]
+X = [e for e in d["traceEvents"] if e["ph"] == "X" and e["args"].get("step") == step]
+phase = {e["pid"]: (e["ts"], e["ts"] + e["dur"]) for e in X if e["name"] == "pipeline"}
+lo = min(phase[r][0] for r in ranks.values()); hi = max(phase[r][1] for r in ranks.values())
+busy = {r: sum(e["dur"] for e in X if e["pid"] == r and e["name"] in ("F", "B", "W", "BW")) for r in ranks.values()}
+print("%.4f" % (sum(hi - lo - b for b in busy.values()) / (len(ranks) * (hi - lo))))
+PY
+)
+    cp "$work/summary" "$work/out"
+    expect_out "  measured bubble_fraction $want (idle ÷ (pp × span)"
+    m -- plan "$TINY" --no-site --schedule --format json --set cluster.gpus_per_node=2 --set parallel.tp=1 \
+      --set parallel.pp=2 --set parallel.pipeline_schedule=zb --set training.global_batch_size=8 --set training.micro_batch_size=2
+    sim=$(python3 -c 'import json, sys; print("%.4f" % json.load(sys.stdin)["schedule"]["bubble_fraction"])' <"$work/out")
+    cp "$work/summary" "$work/out"
+    expect_out "  simulated bubble_fraction $sim (the schedule simulator, as meshrun plan --schedule"
+    expect_out "timeline: step 2 of $fx: tiny-llama, zb, pp 2, 4 micro-batches; measured on ranks 0 1 (dp 0)"
+    for want_svg in "Measured: bubble_fraction $want" "Simulated: bubble_fraction $sim" "stage 1 · rank 1" ">W3<"; do
+      grep -qF -- "$want_svg" "$work/a.svg" || fail "the SVG lacks: $want_svg"
+    done
+    ;;
+  plot-timeline-bad-input)
+    # Bad input: exit 2, one line, nothing on stdout, nothing written.
+    fx=$SRC/tests/launcher/plot/trace-tiny-pp2.json
+    m -- plot --timeline "$work/no-such-dir" -o "$work/x.svg"
+    expect_bad "$work/no-such-dir"
+    mkdir "$work/empty"
+    m -- plot --timeline "$work/empty" -o "$work/x.svg"
+    expect_bad "$work/empty: a directory without trace.json"
+    m -- plot --timeline "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" -o "$work/x.svg"
+    expect_bad "run-tp2-dp2.jsonl: not JSON"
+    m -- plot --timeline "$fx" --step 5 -o "$work/x.svg"
+    expect_bad "step 5 was not traced; the trace holds steps 1, 2"
+    m -- plot --timeline "$fx" --step 0 -o "$work/x.svg"
+    expect_bad "--step 0: give a traced step number"
+    m -- plot "$SRC/tests/launcher/plot/run-tp2-dp2.jsonl" --step 2 -o "$work/x.svg"
+    expect_bad "--step applies to --timeline"
+    m -- plot --timeline "$fx" --template "$TINY" -o "$work/x.svg"
+    expect_bad "--template and --set do not apply to --timeline"
+    m -- plot --timeline "$fx" --timeline "$fx" -o "$work/x.svg"
+    expect_bad "--timeline given twice"
+    m -- plot --timeline "$fx"
+    expect_bad "no output; give -o OUT.svg or -o OUT.png"
+    [ ! -e "$work/x.svg" ] || fail "an output was written for bad input"
+    m -- plot --timeline "$fx" -o "$work/no-such-dir/x.svg"
+    expect_bad "no-such-dir/x.svg: cannot write"
     ;;
   *) echo "unknown case '$case_name'"; exit 2 ;;
 esac

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "meshrun/train/run/trace.hpp"
+
 namespace meshrun::train {
 
 namespace {
@@ -41,6 +43,7 @@ std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int
   t.chunk_b_s.assign(static_cast<std::size_t>(chunks), 0.0);
   t.chunk_w_s.assign(static_cast<std::size_t>(chunks), 0.0);
   const auto start = Clock::now();
+  trace::Recorder* const tracer = trace::active();  // a traced step (--trace): every action is recorded
   for (const Action& a : actions) {
     const auto t0 = Clock::now();
     auto account = [&](double& total, std::vector<double>& per_chunk, int& count) {
@@ -90,6 +93,7 @@ std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int
         break;
       }
     }
+    if (tracer) tracer->action(a, std::chrono::duration<double>(t0.time_since_epoch()).count(), trace::now());
   }
   for (Stage* s : stages_)
     if (s) s->finish();

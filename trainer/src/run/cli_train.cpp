@@ -30,6 +30,7 @@
 #include "signals.hpp"
 #include "step_log.hpp"
 #include "stragglers.hpp"
+#include "trace_run.hpp"
 #include "watchdog.hpp"
 #include "meshrun/comm/mpi.hpp"
 #include "meshrun/version.hpp"
@@ -46,9 +47,13 @@ namespace {
 
 const char* kUsage =
     "usage: meshrun-train TEMPLATE.toml [--set section.key=value ...] [--metrics FILE.jsonl | --no-metrics]\n"
-    "                     [--site FILE | --no-site] [--count-params]\n"
+    "                     [--site FILE | --no-site] [--trace DIR [--trace-steps N]] [--count-params]\n"
     "  --metrics: one JSON record per step (docs/trainer.md, Metrics); default job.output_dir/metrics.jsonl,\n"
     "  else checkpoint.dir/metrics.jsonl, else none; a resumed run appends.\n"
+    "  --trace DIR: the run's first N steps (--trace-steps, default 2, at most 50) as a timeline: every rank writes\n"
+    "  DIR/trace-rank<R>.json (Chrome trace-event format: F/B/W per micro-batch and chunk, sends and receives,\n"
+    "  communication waits, the optimizer), rank 0 merges them into DIR/trace.json (Perfetto, chrome://tracing;\n"
+    "  meshrun plot --timeline DIR/trace.json -o OUT.svg draws it against the schedule simulator's plan).\n"
     "  --count-params: print the model's parameter count (from the parameter table; allocates nothing) and exit.\n"
     "  Trains the template's model with its [parallel] layout; the MPI world must equal tp·cp·pp·dp.\n"
     "  Configuration layers as everywhere in meshrun: defaults < site file < template < environment < --set.\n"
@@ -58,8 +63,9 @@ const char* kUsage =
     "  every rank exits with status 75 and DIR/status says \"saved STEP SIGNAL\".\n";
 
 struct Args {
-  std::string template_path, metrics, site;
-  bool use_site = true, count_params = false, no_metrics = false;
+  std::string template_path, metrics, site, trace_dir;
+  int trace_steps = 2;  // --trace-steps: steps traced from the run's first
+  bool use_site = true, count_params = false, no_metrics = false, trace_steps_given = false;
   std::vector<std::string> sets;
 };
 
@@ -79,11 +85,16 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--site") a.site = next("--site");
     else if (s == "--no-site") a.use_site = false;
     else if (s == "--count-params") a.count_params = true;
+    else if (s == "--trace") a.trace_dir = next("--trace");
+    else if (s.rfind("--trace=", 0) == 0) a.trace_dir = s.substr(8);
+    else if (s == "--trace-steps") a.trace_steps = parse_trace_steps(next("--trace-steps")), a.trace_steps_given = true;
+    else if (s.rfind("--trace-steps=", 0) == 0) a.trace_steps = parse_trace_steps(s.substr(14)), a.trace_steps_given = true;
     else if (!s.empty() && s[0] == '-') throw InputError("unknown option " + s + "; see meshrun-train --help");
     else if (a.template_path.empty()) a.template_path = s;
     else throw InputError("unexpected argument " + s + " (one template only); see meshrun-train --help");
   }
   if (a.template_path.empty()) throw InputError("no template given; usage: meshrun-train TEMPLATE.toml [--set k=v ...]");
+  if (a.trace_steps_given && a.trace_dir.empty()) throw InputError("--trace-steps needs --trace DIR (where the trace goes)");
   return a;
 }
 
@@ -457,6 +468,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
                   "the state there, then write it, with O_DIRECT where the file system allows)\n", static_cast<double>(bytes) / 1048576.0,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  const std::unique_ptr<RunTracer> tracer =  // --trace: collective (directory check, clock alignment)
+      make_run_tracer(args.trace_dir, args.trace_steps, start, cfg, trainer.schedule().spec, grid, rank);
   progress();
   set_watchdog_phase(WatchdogPhase::steps);  // from here on, steps are bounded
   const auto loop_t0 = std::chrono::steady_clock::now();
@@ -466,10 +479,13 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   StragglerWatch stragglers(MPI_COMM_WORLD, cfg.training.straggler_interval, cfg.training.straggler_margin);
   for (int s = start; s < cfg.training.steps; ++s) {
     heartbeat.set_step(s + 1);
+    if (tracer) tracer->before_step(s);  // the step after the traced ones writes the trace (collective)
     const double waited_before = comm::total_wait_seconds();
     const StepStats st = trainer.step(s, schedule);
+    const double waited = comm::total_wait_seconds() - waited_before;
+    if (tracer) tracer->after_step(s);
     StragglerReport late;
-    if (stragglers.after_step(s + 1, st.ms / 1000.0, comm::total_wait_seconds() - waited_before, &late))
+    if (stragglers.after_step(s + 1, st.ms / 1000.0, waited, &late))
       for (const Straggler& slow : late.slow) {
         std::printf("%s\n", straggler_line(late, slow, places, cfg.training.straggler_margin).c_str());
         if (metrics) metrics.write_straggler(late, slow, places[static_cast<std::size_t>(slow.rank)]);
@@ -482,6 +498,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     if (ck.dir.empty()) continue;
     if (const int stop = agreed_stop_bits(); stop != 0) {  // every rank, every step: the same decision
       metrics.close();
+      if (tracer) tracer->finish();
       return stop_after_step(stop, s + 1, ck.dir, rank, checkpoints.history,
                              [&](int step, std::string* why) { return checkpoints.save(step, why); });
     }
@@ -490,6 +507,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     if (ck.interval > 0 && (s + 1) % ck.interval == 0 && s + 1 < cfg.training.steps) checkpoints.periodic(s + 1);
   }
   metrics.close();
+  if (tracer) tracer->finish();  // unless written already (a run shorter than its traced window)
   finish_run(trainer, cfg, checkpoints, rank);
   if (rank == 0 && run_progress.steps_done > 0) {
     run_progress.elapsed_s = since_loop();  // the final save included

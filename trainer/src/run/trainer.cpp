@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "meshrun/train/checkpoint/safetensors.hpp"
+#include "meshrun/train/run/trace.hpp"
 
 namespace meshrun::train {
 
@@ -326,9 +327,15 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   StepStats st;
   if (table_.experts > 0) moe_stats_.reset(table_.layers, table_.experts);
   store_.zero_grads(static_cast<int>(g.microbatches));
+  // The phases of a traced step (--trace; nothing recorded otherwise): pipeline, grad_sync, norm_loss, optimizer.
+  trace::Span pipeline_phase("pipeline");
   const std::vector<double> losses =
       runtime_->run(schedule_.ranks[coord_.pp], static_cast<int>(g.microbatches), load, inv_tokens, &st.pipeline);
+  pipeline_phase.end();
+  trace::Span sync_phase("grad_sync");
   store_.reduce_grads();
+  sync_phase.end();
+  trace::Span norm_phase("norm_loss");
 
   // Global gradient norm over every unit of every stage: per unit, each data-parallel rank its ZeRO
   // shard region (summed over the unit's group), each tensor-parallel shard once (replicated tensors
@@ -365,10 +372,13 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   const double norm = static_cast<float>(std::sqrt(sumsq));
   const double clip = (tr.grad_clip > 0 && norm > tr.grad_clip) ? tr.grad_clip / norm : 1.0;
 
+  norm_phase.end();
   st.step = s + 1;
   st.lr = lr_at(tr, s);
   kc::AdamW hp{st.lr, tr.beta1, tr.beta2, tr.adam_eps, tr.weight_decay, s + 1, clip};
+  trace::Span optimizer_phase("optimizer");
   store_.adam_step(hp);
+  optimizer_phase.end();
 
   if (table_.experts > 0) {
     // Every CP rank of a sequence computed the same aux (its statistics were summed over CP), every TP

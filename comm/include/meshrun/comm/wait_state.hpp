@@ -34,4 +34,11 @@ class WaitScope {
 
 double steady_seconds();
 
+// An observer of this thread's finished waits (meshrun-train's --trace, docs/trainer.md "Timelines"): called
+// at the end of every outermost wait on the thread that set it, with what it waited in (w.since_s: when the
+// wait began) and when it ended, both steady-clock seconds. Per thread, so the training thread's waits are
+// traced and no other thread's; null (the default) costs one branch per wait. `ctx` is handed back.
+using WaitObserver = void (*)(void* ctx, const WaitInfo& w, double end_s);
+void set_wait_observer(WaitObserver observer, void* ctx);
+
 }  // namespace meshrun::comm
