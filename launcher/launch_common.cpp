@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "config_flags.hpp"
+#include "meshrun/site_policy.hpp"
 #include "plan_render.hpp"
 
 namespace meshrun::launch {
@@ -122,6 +123,8 @@ Resolved resolve(const Config& cfg) {
   if (!layout) fail(cfg, problems);
   r.layout = *layout;
   problems = validate(cfg.job, r.layout, r.cluster, &r.checks);
+  // The job's [env] against the site's policy, before anything is submitted or started.
+  for (auto& p : check_job_env(cfg, env_inputs(cfg).policy)) problems.push_back(std::move(p));
   if (!problems.empty()) fail(cfg, problems);
   r.warnings = layout_warnings(cfg.job, r.layout, r.cluster);
   return r;

@@ -5,6 +5,8 @@
 #include "meshrun/bounded_file.hpp"
 #include "meshrun/hostlist.hpp"
 #include "meshrun/limits.hpp"
+#include "meshrun/site_policy.hpp"
+#include "task_setup.hpp"
 
 namespace meshrun::plugin {
 namespace {
@@ -73,6 +75,10 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
     if (shape.nodes > 0 && shape.tasks > 0)
       apply_value(plan.config, "cluster.gpus_per_node", std::to_string(std::max(1, shape.tasks / shape.nodes)),
                   Origin{SourceKind::environment, "Slurm tasks per node"});
+    // --mesh-env and the template's [env] against the site's policy here, at submission, not per task in
+    // slurmstepd after the job was queued (compute_task_env() checks again there).
+    for (auto& p : check_job_env(plan.config, site_policy(args, plan.config))) plan.problems.push_back(std::move(p));
+    if (!plan.problems.empty()) return plan;
   } catch (const ConfigError& e) {
     plan.problems.push_back({"config", e.what()});
     return plan;

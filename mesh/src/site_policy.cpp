@@ -27,4 +27,17 @@ EnvInputs env_inputs(const Config& cfg) {
   return in;
 }
 
+std::vector<Problem> check_job_env(const Config& cfg, const EnvPolicy& policy) {
+  std::vector<Problem> out;
+  for (const auto& [name, value] : env_inputs(cfg).user_env) {
+    const Origin o = cfg.origin_of("env." + name);
+    const std::string source = o.kind == SourceKind::flag && o.where.rfind("--mesh-env", 0) == 0 ? std::string("--mesh-env")
+                               : o.kind == SourceKind::template_file ? "[env] (" + o.where + ")"
+                               : o.kind == SourceKind::set ? "--set env." + name
+                                                           : std::string("[env]");
+    if (std::string why = check_extra_var(name, policy, source); !why.empty()) out.push_back({"env", why});
+  }
+  return out;
+}
+
 }  // namespace meshrun

@@ -274,16 +274,16 @@ int master_port(uint32_t job_id, uint32_t step_id, const EnvPolicy& p) {
          static_cast<int>(step_id % static_cast<uint32_t>(p.port_steps));
 }
 
-std::string check_extra_var(const std::string& name, const EnvPolicy& policy) {
+std::string check_extra_var(const std::string& name, const EnvPolicy& policy, const std::string& source) {
   if (!valid_name(name))
-    return "[env] name '" + name + "' is not a valid variable name; use letters, digits and '_'";
+    return source + " name '" + name + "' is not a valid variable name; use letters, digits and '_'";
   if (matches_any(name, kLoaderVars))
-    return "[env] sets " + name + ", which makes tasks load or run other code; templates may never set it, "
+    return source + " sets " + name + ", which makes tasks load or run other code; a job may never set it, "
            "remove it (only the site configuration may)";
   if (matches_any(name, kComputed))
-    return "[env] sets " + name + ", which meshrun computes for each task; remove it";
+    return source + " sets " + name + ", which meshrun computes for each task; remove it";
   if (!matches_any(name, kBuiltinAllow) && !matches_any(name, policy.allow))
-    return "[env] sets " + name + ", which is not in the allow-list (NCCL_*, TORCH_*, OMP_*, CUDA_*, UCX_*, ...); "
+    return source + " sets " + name + ", which is not in the allow-list (NCCL_*, TORCH_*, OMP_*, CUDA_*, UCX_*, ...); "
            "remove it or ask the site to allow it";
   return "";
 }

@@ -122,6 +122,11 @@ case $case_name in
     cat "$TINY" "$work/preload.toml" >"$work/t.toml"
     m -- exec --no-site --template "$work/t.toml" --rank 0 --world-size 4 -- /bin/true
     expect_bad "LD_PRELOAD"
+    # Refused before anything is submitted, naming the template line (meshrun sbatch and run resolve it).
+    m -- sbatch "$work/t.toml" --no-site --plugin no --dry-run
+    expect_bad "[env] ($work/t.toml:" "sets LD_PRELOAD, which makes tasks load or run other code"
+    m -- run "$TINY" --no-site --set env.RANK=3 -- /bin/true
+    expect_bad "--set env.RANK sets RANK, which meshrun computes for each task"
     ;;
   run-local-4)
     m -- run "$TINY" --no-site -- /bin/sh -c 'echo "rank=$RANK/$WORLD_SIZE tp=$MESHRUN_TP_RANK"'

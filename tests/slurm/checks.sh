@@ -236,6 +236,12 @@ EOS
     expect_refused "mesh-dp='-1' is not a valid size" srun -N 1 --mesh-dp=-1 true
     expect_refused "mesh-pp='0' is not a valid size" salloc -N 1 --mesh-pp=0 true
     expect_refused 'mesh-order' sbatch -N 1 --mesh-order=tp-zz --wrap true
+    # --mesh-env's policy at submission, naming the flag (it was checked only in slurmstepd, per task, after
+    # the job was queued, and the message blamed a template).
+    expect_refused '--mesh-env sets LD_PRELOAD, which makes tasks load or run other code' sbatch -N 1 --mesh-tp=1 \
+      --mesh-env=LD_PRELOAD=/tmp/x.so --wrap true
+    expect_refused '--mesh-env sets RANK, which meshrun computes for each task' srun -N 1 --mesh-env=RANK=3 true
+    expect_refused '--mesh-env sets PATH' salloc -N 1 --mesh-env=PATH=/tmp true
     # Slurm echoes a value an option callback refuses, whole ("Invalid --mesh-tp argument: VALUE"): a long or
     # unprintable one is refused in init_post_opt instead, so only meshrun's cut, escaped line shows it.
     long=$(printf '9%.0s' $(seq 300)) hundred=$(printf '9%.0s' $(seq 100))

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "meshrun/config.hpp"
+#include "meshrun/site_policy.hpp"
 #include "meshrun/task_env.hpp"
 
 using namespace meshrun;
@@ -294,7 +295,7 @@ TEST_CASE("template env allow-list: loader variables and computed names are reje
     return compute_task_env(j.map(), task(0, 8, 8, "dgx01"), topo, GpuAllocation{}, p, extra);
   };
   CHECK_THROWS_WITH(run({{"LD_PRELOAD", "/tmp/evil.so"}}),
-                    Catch::Contains("LD_PRELOAD") && Catch::Contains("templates may never set it"));
+                    Catch::Contains("LD_PRELOAD") && Catch::Contains("a job may never set it"));
   CHECK_THROWS_AS(run({{"LD_LIBRARY_PATH", "/opt"}}), TaskEnvError);
   CHECK_THROWS_AS(run({{"PYTHONPATH", "/opt"}}), TaskEnvError);
   CHECK_THROWS_AS(run({{"NCCL_NET_PLUGIN", "evil"}}), TaskEnvError);
@@ -352,7 +353,7 @@ TEST_CASE("template env: every audited loader variable is refused, its prefix's 
   const Job j = job("dgx-h100", 1, 0, 8, 1, "dgx01");
   CHECK_THROWS_WITH(compute_task_env(j.map(), task(0, 8, 8, "dgx01"), topo, GpuAllocation{}, open,
                                      {{"OMP_TOOL_LIBRARIES", "/tmp/tool.so"}}),
-                    Catch::Contains("OMP_TOOL_LIBRARIES") && Catch::Contains("templates may never set it"));
+                    Catch::Contains("OMP_TOOL_LIBRARIES") && Catch::Contains("a job may never set it"));
   CHECK(*compute_task_env(j.map(), task(0, 8, 8, "dgx01"), topo, GpuAllocation{}, EnvPolicy{},
                           {{"UCX_TLS", "rc,sm"}}).get("UCX_TLS") == "rc,sm");
 }
@@ -502,8 +503,16 @@ TEST_CASE("a template whose env section sets LD_PRELOAD is rejected with a messa
   const NodeTopology topo = load("dgx-h100.xml", "dgx-h100");
   const Job j = job("dgx-h100", 1, 0, 8, 1, "dgx01");
   CHECK_THROWS_WITH(compute_task_env(j.map(), task(0, 8, 8, "dgx01"), topo, GpuAllocation{}, EnvPolicy{}, cfg.job.env),
-                    Catch::Equals("[env] sets LD_PRELOAD, which makes tasks load or run other code; templates may "
+                    Catch::Equals("[env] sets LD_PRELOAD, which makes tasks load or run other code; a job may "
                                   "never set it, remove it (only the site configuration may)"));
+  // Before any task: check_job_env names where each refused name came from.
+  apply_value(cfg, "env.RANK", "\"3\"", Origin{SourceKind::flag, "--mesh-env RANK"});
+  const auto problems = check_job_env(cfg, EnvPolicy{});
+  REQUIRE(problems.size() == 2);
+  CHECK(problems[0].message.rfind("[env] (evil.toml:", 0) == 0);
+  CHECK(problems[0].message.find("sets LD_PRELOAD, which makes tasks load or run other code") != std::string::npos);
+  CHECK(problems[1].message == "--mesh-env sets RANK, which meshrun computes for each task; remove it");
+  CHECK(check_job_env(Config{}, EnvPolicy{}).empty());
 }
 
 TEST_CASE("CUDA_DEVICE_MAX_CONNECTIONS follows Megatron-Core's rule (arguments.py validate_args)") {

@@ -141,6 +141,6 @@ std::string hca_rank_warning();
 int master_port(uint32_t job_id, uint32_t step_id, const EnvPolicy& policy);
 
 // Whether a template may set `name` under `policy` (empty return = yes, else the reason, one line).
-std::string check_extra_var(const std::string& name, const EnvPolicy& policy);
+std::string check_extra_var(const std::string& name, const EnvPolicy& policy, const std::string& source = "[env]");
 
 }  // namespace meshrun
