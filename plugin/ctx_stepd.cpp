@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "meshrun/hostlist.hpp"
 #include "meshrun/rank_map.hpp"
 #include "spank_state.hpp"
 
@@ -88,19 +89,15 @@ int stepd_user_init(spank_t sp, PluginState& st) {
   auto per_node = job_getenv(sp, "SLURM_STEP_TASKS_PER_NODE");
   if (het_size > 1 && per_node) {
     std::vector<TaskShape> parts;  // one per run of equal counts: "2,4" -> 2 tasks on 1 node, 4 on 1 node
-    for (size_t pos = 0; pos < per_node->size() && parts.size() < 64;) {
-      size_t end = per_node->find(',', pos);
-      if (end == std::string::npos) end = per_node->size();
-      const std::string item = per_node->substr(pos, end - pos);
-      const size_t x = item.find("(x");
-      TaskShape t;
-      t.tasks_per_node = env_int(item.substr(0, x));
-      t.nodes = x == std::string::npos ? 1 : env_int(item.substr(x + 2, item.size() - x - 3));
-      t.tasks = t.tasks_per_node * t.nodes;
-      if (t.tasks_per_node <= 0 || t.nodes <= 0) { parts.clear(); break; }
-      parts.push_back(t);
-      pos = end + 1;
-    }
+    if (const auto runs = parse_task_counts(*per_node); runs && runs->size() <= 64)
+      for (const TaskCountRun& r : *runs) {
+        if (r.count <= 0 || static_cast<long long>(r.count) * r.repeat > (1 << 24)) { parts.clear(); break; }
+        TaskShape t;
+        t.tasks_per_node = r.count;
+        t.nodes = r.repeat;
+        t.tasks = r.count * r.repeat;
+        parts.push_back(t);
+      }
     std::string flags;
     if (st.opts.tp) flags = "--mesh-tp=" + std::to_string(*st.opts.tp);
     if (st.opts.pp) flags += (flags.empty() ? "" : " ") + std::string("--mesh-pp=") + std::to_string(*st.opts.pp);

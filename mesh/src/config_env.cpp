@@ -9,27 +9,18 @@
 #include <string_view>
 
 #include "meshrun/config.hpp"
+#include "meshrun/hostlist.hpp"
 
 namespace meshrun {
 namespace {
 
 // "4" -> 4, "4(x2)" -> 4; a list of different counts ("2(x3),1") -> 0 = not uniform.
-int uniform_count(std::string_view text) {
-  int first = -1;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t comma = text.find(',', pos);
-    std::string_view item = text.substr(pos, comma == std::string_view::npos ? text.size() - pos : comma - pos);
-    std::string_view num = item.substr(0, item.find('('));
-    int v = 0;
-    auto r = std::from_chars(num.data(), num.data() + num.size(), v);
-    if (r.ec != std::errc() || r.ptr != num.data() + num.size() || v < 1) return -1;
-    if (first >= 0 && v != first) return 0;
-    first = v;
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
-  }
-  return first;
+int uniform_count(std::string_view text) {  // the same count on every node: it; uneven: 0; malformed: -1
+  const auto runs = parse_task_counts(text);
+  if (!runs || runs->front().count < 1) return -1;
+  for (const TaskCountRun& r : *runs)
+    if (r.count != runs->front().count) return 0;
+  return runs->front().count;
 }
 
 // SLURM_GPUS_PER_NODE may carry a type: "a100:4" -> "4".

@@ -296,4 +296,38 @@ std::string compress_hostlist(const std::vector<std::string>& hosts) {
   return out;
 }
 
+std::optional<std::vector<TaskCountRun>> parse_task_counts(std::string_view spec) {
+  auto number = [](std::string_view t, int lo, int* out) {
+    auto r = std::from_chars(t.data(), t.data() + t.size(), *out);
+    return !t.empty() && r.ec == std::errc() && r.ptr == t.data() + t.size() && *out >= lo;
+  };
+  if (spec.empty()) return std::nullopt;
+  std::vector<TaskCountRun> runs;
+  for (size_t pos = 0; pos <= spec.size();) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string_view::npos) end = spec.size();
+    const std::string_view item = spec.substr(pos, end - pos);
+    const size_t paren = item.find("(x");
+    TaskCountRun run;
+    if (!number(item.substr(0, paren), 0, &run.count)) return std::nullopt;
+    if (paren != std::string_view::npos &&
+        (item.back() != ')' || !number(item.substr(paren + 2, item.size() - paren - 3), 1, &run.repeat)))
+      return std::nullopt;
+    if (runs.size() >= (1u << 20)) return std::nullopt;
+    runs.push_back(run);
+    if (end == spec.size()) break;
+    pos = end + 1;
+  }
+  return runs;
+}
+
+int tasks_on_node(const std::vector<TaskCountRun>& runs, int node) {
+  long long seen = 0;
+  for (const TaskCountRun& r : runs) {
+    if (node < seen + r.repeat) return r.count;
+    seen += r.repeat;
+  }
+  return -1;
+}
+
 }  // namespace meshrun

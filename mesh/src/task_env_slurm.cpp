@@ -36,23 +36,8 @@ long long optional_int(const std::map<std::string, std::string>& env, const char
 
 // "2(x3),1" -> tasks on node `node`; -1 if malformed or too short.
 int tasks_on_node(const std::string& spec, int node) {
-  int seen = 0;
-  size_t pos = 0;
-  while (pos < spec.size()) {
-    size_t end = spec.find(',', pos);
-    if (end == std::string::npos) end = spec.size();
-    const std::string item = spec.substr(pos, end - pos);
-    long long count = 0, repeat = 1;
-    const size_t paren = item.find("(x");
-    if (!to_long(item.substr(0, paren), &count)) return -1;
-    if (paren != std::string::npos &&
-        (item.back() != ')' || !to_long(item.substr(paren + 2, item.size() - paren - 3), &repeat) || repeat < 1))
-      return -1;
-    if (node < seen + repeat) return static_cast<int>(count);
-    seen += static_cast<int>(std::min<long long>(repeat, 1 << 20));
-    pos = end + 1;
-  }
-  return -1;
+  const auto runs = parse_task_counts(spec);
+  return runs ? meshrun::tasks_on_node(*runs, node) : -1;
 }
 
 // "0,1,2" or "0-3,6" -> ids; nullopt for anything else (MIG or GPU UUIDs).
@@ -78,20 +63,12 @@ void check_block_placement(const std::map<std::string, std::string>& env, const 
   for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
     const std::string* v = find(env, name);
     if (!v) continue;
-    // "2(x3),1": every item's count before "(x" must be the same.
-    long long first = -1;
-    for (size_t pos = 0; pos < v->size();) {
-      size_t end = v->find(',', pos);
-      if (end == std::string::npos) end = v->size();
-      const std::string item = v->substr(pos, std::min(end, v->find("(x", pos)) - pos);
-      long long n = 0;
-      if (!to_long(item, &n)) break;  // malformed: the local count check reports it
-      if (first >= 0 && n != first)
-        throw TaskEnvError(std::string(name) + "=" + cut(*v) + ": the step's nodes run different task counts; "
-                           "meshrun places ranks in equal blocks per node: use --ntasks-per-node");
-      first = n;
-      pos = end + 1;
-    }
+    // "2(x3),1": every node's count must be the same (malformed: the local count check reports it).
+    if (const auto runs = parse_task_counts(*v))
+      for (const TaskCountRun& r : *runs)
+        if (r.count != runs->front().count)
+          throw TaskEnvError(std::string(name) + "=" + cut(*v) + ": the step's nodes run different task counts; "
+                             "meshrun places ranks in equal blocks per node: use --ntasks-per-node");
     break;
   }
   if (const std::string* g = find(env, "SLURM_GTIDS")) {

@@ -232,3 +232,23 @@ TEST_CASE("every key that enters a product is bounded where it is read", "[limit
   CHECK(error_of("[cluster]\nnodes = 4194304\ngpus_per_node = 4\nhostlist = \"n[0-4194303]\"\n") == "");
   CHECK(error_of("[training]\nseq_len = 16777216\nglobal_batch_size = 1073741824\n") == "");
 }
+
+TEST_CASE("Slurm task counts: one parser for N(xR),M", "[hostlist]") {
+  using meshrun::parse_task_counts;
+  const auto runs = parse_task_counts("2(x3),1");
+  REQUIRE(runs);
+  REQUIRE(runs->size() == 2);
+  CHECK((*runs)[0].count == 2);
+  CHECK((*runs)[0].repeat == 3);
+  CHECK((*runs)[1].count == 1);
+  CHECK((*runs)[1].repeat == 1);
+  CHECK(meshrun::tasks_on_node(*runs, 0) == 2);
+  CHECK(meshrun::tasks_on_node(*runs, 2) == 2);
+  CHECK(meshrun::tasks_on_node(*runs, 3) == 1);
+  CHECK(meshrun::tasks_on_node(*runs, 4) == -1);
+  CHECK(parse_task_counts("8")->front().count == 8);
+  for (const char* bad : {"", "x", "2(x0)", "2(x3", "2(y3)", "-1", "2,,3", "2(x3)junk", "99999999999"})
+    CHECK_FALSE(parse_task_counts(bad));
+  // A huge repeat stays a count, never an expansion.
+  CHECK(parse_task_counts("4(x2000000000)")->front().repeat == 2000000000);
+}

@@ -34,4 +34,16 @@ bool check_hostlist(std::string_view expr, std::string* error);
 // by prefix and number. "" for an empty list. For `srun --exclude` and `sbatch --exclude` lists.
 std::string compress_hostlist(const std::vector<std::string>& hosts);
 
+// Slurm's per-node task counts (SLURM_TASKS_PER_NODE, SLURM_STEP_TASKS_PER_NODE, SLURM_NTASKS_PER_NODE):
+// "2(x3),1" = 2 tasks on each of 3 nodes, then 1. The one parser of that syntax in meshrun. nullopt when
+// malformed: an item that is not COUNT or COUNT(xREPEAT) with COUNT >= 0 and 1 <= REPEAT, more than 2^20
+// items, or an empty text.
+struct TaskCountRun {
+  int count = 0;   // tasks per node
+  int repeat = 1;  // nodes
+};
+std::optional<std::vector<TaskCountRun>> parse_task_counts(std::string_view spec);
+// The tasks on node `node` (0-based) of `runs`; -1 past the end.
+int tasks_on_node(const std::vector<TaskCountRun>& runs, int node);
+
 }  // namespace meshrun
