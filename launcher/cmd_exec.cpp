@@ -165,7 +165,7 @@ int cmd_exec(int argc, char** argv) {
 
     // The GPUs this task may see: Slurm's variables, or a CUDA_VISIBLE_DEVICES the caller set; none = all.
     if (mode != "slurm") gpus = gpu_allocation_from_slurm(env);
-    launch::Resolved r = launch::resolve(build_config(req));
+    launch::Resolved r = launch::resolve(build_config(req), !command.empty() && launch::is_trainer_command(command));
     RankMap map(r.layout, r.cluster);
     if (framework) {  // the framework's flags, checked against the command's own
       std::optional<BatchGeometry> geometry;

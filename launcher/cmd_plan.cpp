@@ -162,6 +162,10 @@ int cmd_plan(int argc, char** argv) {
     for (auto& p : more)
       if (!layout_only || is_layout_rule(p.check)) problems.push_back(std::move(p));
     if (layout_only) std::erase_if(checks, [](const std::string& c) { return !is_layout_rule(c); });
+    // A template's model is the one meshrun-train trains: its rules too, unless the flags are for another
+    // trainer (--for).
+    if (!layout_only && !framework)
+      for (auto& p : validate_trainer(cfg.job, *layout, &checks)) problems.push_back(std::move(p));
   }
   if (!problems.empty()) {
     std::string where = req.template_path.empty() ? "" : " (" + req.template_path + ")";

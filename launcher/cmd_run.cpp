@@ -92,7 +92,7 @@ int cmd_run(int argc, char** argv) {
   std::vector<std::string> argv_out;
   launch::Resolved r;
   try {
-    r = launch::resolve(build_config(req));
+    r = launch::resolve(build_config(req), launch::is_trainer_command(opt.command));
     opt.template_path = std::filesystem::absolute(req.template_path).lexically_normal().string();
     opt.meshrun = launch::self_path();
     opt.trainer = launch::trainer_path();
@@ -115,7 +115,7 @@ int cmd_run(int argc, char** argv) {
         req.flags.push_back({"cluster.nodes", "1", "meshrun run (local)"});
         req.flags.push_back({"cluster.gpus_per_node", std::to_string(world), "meshrun run (local)"});
         if (!r.cfg.job.cluster.hostlist.empty()) req.sets.push_back("cluster.hostlist=");
-        r = launch::resolve(build_config(req));
+        r = launch::resolve(build_config(req), launch::is_trainer_command(opt.command));
       }
       opt.sets = launch::overrides_as_sets(req);
       opt.site_options = launch::site_options(req);

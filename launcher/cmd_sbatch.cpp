@@ -103,7 +103,7 @@ int cmd_sbatch(int argc, char** argv) {
   std::string script;
   std::string plugin_note;
   try {
-    r = launch::resolve(build_config(req));
+    r = launch::resolve(build_config(req), launch::is_trainer_command(opt.command));
     opt.template_path = std::filesystem::absolute(req.template_path).lexically_normal().string();
     opt.sets = launch::overrides_as_sets(req);
     opt.site_options = launch::site_options(req);

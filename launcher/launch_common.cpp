@@ -113,7 +113,11 @@ std::vector<std::string> site_options(const ConfigRequest& r) {
   return {};
 }
 
-Resolved resolve(const Config& cfg) {
+bool is_trainer_command(const std::vector<std::string>& command) {
+  return command.empty() || std::filesystem::path(command.front()).filename() == "meshrun-train";
+}
+
+Resolved resolve(const Config& cfg, bool trainer_job) {
   Resolved r;
   r.cfg = cfg;
   std::vector<Problem> problems;
@@ -123,6 +127,9 @@ Resolved resolve(const Config& cfg) {
   if (!layout) fail(cfg, problems);
   r.layout = *layout;
   problems = validate(cfg.job, r.layout, r.cluster, &r.checks);
+  // A job of meshrun-train: its rules, as the trainer will check them.
+  if (trainer_job)
+    for (auto& p : validate_trainer(cfg.job, r.layout, &r.checks)) problems.push_back(std::move(p));
   // The job's [env] against the site's policy, before anything is submitted or started.
   for (auto& p : check_job_env(cfg, env_inputs(cfg).policy)) problems.push_back(std::move(p));
   if (!problems.empty()) fail(cfg, problems);

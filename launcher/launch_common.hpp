@@ -48,7 +48,11 @@ struct Resolved {
 // Resolves the cluster and the layout and runs every check. Throws ConfigError with the first problem on
 // one line, followed by the source of each value it involves ("[parallel.tp=8 from template t.toml:3:6; ...]")
 // so a conflict between layers names both layers.
-Resolved resolve(const Config& cfg);
+// trainer_job: the job runs meshrun-train (is_trainer_command), so its template's model gets the bundled
+// trainer's rules too (validate_trainer), as meshrun-train will check them.
+Resolved resolve(const Config& cfg, bool trainer_job = false);
+// The command is meshrun-train: empty (sbatch's and run's default) or a program of that name.
+bool is_trainer_command(const std::vector<std::string>& command);
 
 // The dry-run report (`meshrun plan`'s table: values with sources, rank map summary, groups, warnings), each
 // line commented with "# " so that it can follow a script without changing what the script does.

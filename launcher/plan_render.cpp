@@ -186,7 +186,7 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   j.key("checks").begin_array();
   for (const auto& ch : v.checks) j.value(ch);
   j.end_array();
-  j.field("rules", v.layout_only ? "layout" : "layout+model");  // which checks applied: no template, the layout's only
+  j.field("rules", v.layout_only ? "layout" : "layout+model+trainer");  // which checks applied: no template, the layout's only
   if (auto layers = chunk_layers(v.config.job.model.layers, l.pp * l.virtual_stages); layers && !v.layout_only)
     j.key("chunk_layers").int_array(*layers);
 

@@ -110,11 +110,15 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
   std::vector<Problem> found;
   plan.cluster = resolve_cluster(plan.config.job.cluster, &found);
   plan.layout = resolve_layout(plan.config.job.parallel, shape.tasks, &found);
+  bool full = opts.template_file.has_value();
   if (plan.layout) {
     auto checks = validate(plan.config.job, *plan.layout, plan.cluster);
     found.insert(found.end(), checks.begin(), checks.end());
+    if (full) {  // the template's model is meshrun-train's: what the plugin accepts, the trainer runs
+      auto trainer = validate_trainer(plan.config.job, *plan.layout);
+      found.insert(found.end(), trainer.begin(), trainer.end());
+    }
   }
-  bool full = opts.template_file.has_value();
   for (auto& p : found) {
     if (!full && !is_layout_rule(p.check)) continue;
     if (p.check == "world-size") p.message = world_message(plan.config.job.parallel, plan.layout, shape);

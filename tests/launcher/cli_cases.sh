@@ -287,7 +287,7 @@ case $case_name in
     expect_err "model.heads=4 is not divisible by tp=8"
     m -- plan --no-site "$TINY" --format json
     expect_rc 0
-    python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["rules"] == "layout+model"' "$work/out" || fail "json rules with a template"
+    python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["rules"] == "layout+model+trainer"' "$work/out" || fail "json rules with a template"
     # What is about a model's steps needs one.
     for flag in --estimate --search --schedule; do
       m -- plan --no-site --nodes 2 --gpus-per-node 8 $flag

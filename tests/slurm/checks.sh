@@ -269,6 +269,24 @@ EOS
     [ "$out" = "0 1 2 3 4 5 " ] || fail "plain srun broken with the plugin loaded: '$out'"
     ;;
 
+  bad_configs_plugin)
+    # The sixth consumer of the table of bad configurations (tests/common/bad_configs.py; the other five are in
+    # tests/launcher/bad_configs.sh): srun and sbatch with --mesh-template refuse every row before any task
+    # starts, with the row's own line.
+    python3 "$SRC/tests/common/bad_configs.py" "$SRC/templates" "$WORK" >"$WORK/table" || fail "the table"
+    n=0
+    while IFS=$'\t' read -r name line; do
+      expect_refused "$line" srun -N 1 --ntasks-per-node=4 --mesh-template="$WORK/$name.toml" true
+      expect_refused "$line" sbatch -N 1 --ntasks-per-node=4 --mesh-template="$WORK/$name.toml" --wrap true
+      n=$((n + 1))
+    done <"$WORK/table"
+    [ "$n" -ge 6 ] || fail "the table has $n rows"
+    # The unmodified template is accepted (so the refusals are the rows', not the plugin's).
+    out=$(T srun -N 1 --ntasks-per-node=4 --mesh-template="$SRC/templates/tiny.toml" printenv MESHRUN_LAYOUT 2>&1 | sort -u)
+    [ "$out" = "tp=2,cp=1,pp=1,dp=2,ep=1" ] || fail "tiny itself: $out"
+    say "$n bad configurations refused by srun and sbatch --mesh-template with the table's lines; tiny accepted"
+    ;;
+
   dry_run)
     out=$(T srun -N 2 --ntasks-per-node=4 --mesh-tp=2 --mesh-pp=2 --mesh-dry-run touch "$WORK/ran" 2>&1); rc=$?
     echo "$out"

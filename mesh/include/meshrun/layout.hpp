@@ -93,6 +93,17 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& layout, const 
 // flags only) gets these alone; a template's [model] and [training] add the rest.
 bool is_layout_rule(std::string_view name);
 
+// The bundled trainer's own rules (meshrun-train builds Llama-style models: RoPE needs an even head dimension,
+// expert MLPs are tensor-parallel, the MLP is SwiGLU, the LM head untied, known CP and pipeline schedules):
+// added to validate()'s for every job that names a template (its [model] is the one meshrun-train trains) —
+// `meshrun plan`, `sbatch`, `run`, `exec`, the plugin with --mesh-template, and meshrun-train itself — so
+// whatever the dry run accepts, the trainer runs. `meshrun plan --for megatron|torchtitan` leaves them out.
+// Check ids (is_trainer_rule): rope-head-dim, expert-width-tp, trainer-mlp, trainer-tied-embeddings, cp-comm,
+// pipeline-schedule.
+std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& layout,
+                                      std::vector<std::string>* checks_run = nullptr);
+bool is_trainer_rule(std::string_view name);
+
 // Non-fatal observations (e.g. TP on PCIe, EP crossing the network).
 std::vector<std::string> layout_warnings(const JobConfig& cfg, const Layout& layout, const Cluster& cluster);
 

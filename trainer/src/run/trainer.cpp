@@ -22,15 +22,14 @@ double lr_at(const TrainingSpec& t, int s) {
 std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
   const auto& t = cfg.training;
   const auto& m = cfg.model;
-  if (cfg.parallel.cp_comm != "ring" && cfg.parallel.cp_comm != "allgather")
-    return "parallel.cp_comm = \"" + cfg.parallel.cp_comm + "\" is unknown; use \"ring\" or \"allgather\"";
+  // mesh's bundled-trainer rules first: the dry run, the launcher and the plugin check the same ones.
+  if (const auto problems = validate_trainer(cfg, layout); !problems.empty()) return problems.front().message;
   if (layout.ep > 1 && m.experts == 0) return "parallel.ep = " + std::to_string(layout.ep) + " needs a mixture-of-experts model; set model.experts or parallel.ep = 1";
   if (m.experts > 0 && m.experts % layout.ep != 0)
     return "model.experts = " + std::to_string(m.experts) + " cannot be split evenly over parallel.ep = " + std::to_string(layout.ep) + "; choose ep dividing the experts";
   if (m.experts > 0 && (m.top_k < 1 || m.top_k > m.experts))
     return "model.top_k = " + std::to_string(m.top_k) + " must be between 1 and model.experts = " + std::to_string(m.experts) + "; lower model.top_k";
-  if (m.mlp != "swiglu") return "model.mlp = \"" + m.mlp + "\": the bundled trainer builds the Llama SwiGLU MLP; set model.mlp = \"swiglu\"";
-  if (m.tied_embeddings) return "model.tied_embeddings = true is not supported (Llama's lm_head is untied); set it to false";
+
   if (t.dtype != "fp32" && t.dtype != "fp64" && t.dtype != "bf16")
     return "training.dtype = \"" + t.dtype + "\": the CPU trainer computes in \"fp32\", \"fp64\" or \"bf16\" (bf16 weights and activations, fp32 for the rest)";
   if (t.steps < 0) return "training.steps must be >= 0";
@@ -40,8 +39,6 @@ std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
   if (!chunk_layers(m.layers, layout.pp * layout.virtual_stages))
     return "model.layers = " + std::to_string(m.layers) + " cannot be split into pp·virtual_stages = " +
            std::to_string(layout.pp * layout.virtual_stages) + " pipeline chunks; change pp or virtual_stages";
-  if (!parse_pipeline_schedule(cfg.parallel.pipeline_schedule))
-    return "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule + "\" is unknown; use gpipe, 1f1b, interleaved or zb";
   return check_schedule_spec(schedule_spec(cfg, layout, *geometry));
 }
 

@@ -1,0 +1,54 @@
+// The bundled trainer's rules (layout.hpp, validate_trainer): in mesh_core, so that meshrun-train (and the
+// single-process trainer of meshrun-gpu-check) check the same ones the dry run, the launcher and the plugin do.
+#include <algorithm>
+#include <string>
+
+#include "meshrun/layout.hpp"
+#include "meshrun/schedule.hpp"
+
+namespace meshrun {
+
+namespace {
+std::string s(int64_t v) { return std::to_string(v); }
+}  // namespace
+
+bool is_trainer_rule(std::string_view name) {
+  static constexpr std::string_view kTrainerRules[] = {"rope-head-dim", "expert-width-tp",         "trainer-mlp",
+                                                       "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule"};
+  return std::find(std::begin(kTrainerRules), std::end(kTrainerRules), name) != std::end(kTrainerRules);
+}
+
+std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std::vector<std::string>* checks_run) {
+  std::vector<Problem> p;
+  auto check = [&](const char* name) {
+    if (checks_run) checks_run->push_back(name);
+  };
+  const ModelSpec& m = cfg.model;
+  check("rope-head-dim");
+  if (m.heads > 0 && m.hidden > 0 && m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
+    p.push_back({"rope-head-dim", "the head dimension model.hidden/model.heads = " + s(m.head_dim()) +
+                                      " is odd; rotary embeddings rotate pairs of dimensions: use an even head dimension"});
+  check("expert-width-tp");
+  if (m.experts > 0 && m.expert_ffn() % l.tp != 0)
+    p.push_back({"expert-width-tp", "the expert width (model.moe_ffn_hidden, or ffn_hidden when 0) = " + s(m.expert_ffn()) +
+                                        " is not divisible by tp=" + s(l.tp) + "; expert MLPs are split over TP like the "
+                                        "dense one: use a tp that divides it"});
+  check("trainer-mlp");
+  if (m.mlp != "swiglu")
+    p.push_back({"trainer-mlp", "model.mlp = \"" + m.mlp + "\": meshrun-train builds the Llama SwiGLU MLP; set "
+                                    "model.mlp = \"swiglu\" (or plan for another trainer with --for)"});
+  check("trainer-tied-embeddings");
+  if (m.tied_embeddings)
+    p.push_back({"trainer-tied-embeddings", "model.tied_embeddings = true: meshrun-train keeps Llama's untied LM head; "
+                                                "set it to false (or plan for another trainer with --for)"});
+  check("cp-comm");
+  if (cfg.parallel.cp_comm != "ring" && cfg.parallel.cp_comm != "allgather")
+    p.push_back({"cp-comm", "parallel.cp_comm = \"" + cfg.parallel.cp_comm + "\" is unknown; use \"ring\" or \"allgather\""});
+  check("pipeline-schedule");
+  if (!parse_pipeline_schedule(cfg.parallel.pipeline_schedule))
+    p.push_back({"pipeline-schedule", "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +
+                                          "\" is unknown; use gpipe, 1f1b, interleaved or zb"});
+  return p;
+}
+
+}  // namespace meshrun
