@@ -283,7 +283,6 @@ SearchResult search(const JobConfig& cfg, int top_n) {
   res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   res.pipeline_tables = model.pipeline().tables();
   res.pipeline_simulations = model.pipeline().simulations();
-  res.pipeline_not_periodic = model.pipeline().not_periodic();
   return res;
 }
 
