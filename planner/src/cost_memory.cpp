@@ -33,7 +33,8 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   // Peak live (micro-batch, chunk) slots on this rank, what the schedule's simulated table gives (GPipe m,
   // 1F1B pp − r, interleaved Megatron's warm-up depth + 1, ZB-H1 min(pp, m)) in closed form (pipeline.cpp),
   // each a chunk's share of the layers.
-  const int live = PipelineSims::peak_live(s.schedule, s.pp, s.virtual_stages, micro, rank);
+  const int live = simulated_live_ ? pipeline_.peak_live_simulated(s.schedule, s.pp, s.virtual_stages, micro)[rank]
+                                   : PipelineSims::peak_live(s.schedule, s.pp, s.virtual_stages, micro, rank);
   const double in_flight_layers = double(live) * layers / s.virtual_stages;
   mem.activations = per_layer * in_flight_layers;
   if (s.recompute == Recompute::full) {  // the layer being recomputed is materialised in full
