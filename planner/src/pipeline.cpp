@@ -80,7 +80,7 @@ PipelineRun PipelineSims::simulate(PipelineSchedule kind, int pp, int v, int m, 
     sc.w[ch] = chunk_layers[ch] * rel(r.w) + (head ? rel(r.head_w) : 0);
   }
   sc.transfer = rel(r.transfer);
-  Timeline tl = simulate_validated_schedule(table_, sc);  // validated above
+  const ScheduleMakespan tl = simulate_validated_makespan(table_, sc);  // validated above
   ++simulations_;
   double min_idle = tl.idle.empty() ? 0 : tl.idle[0];
   for (double idle : tl.idle) min_idle = std::min(min_idle, idle);
