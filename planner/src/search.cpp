@@ -261,8 +261,12 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
     // new best confirmed by the mesh validator. Shapes go in order of their cheapest bound, the config's own
     // first (the rank report compares every shape with it); once a shape's bound passes both the top_n-th
     // best step and the own shape's, neither it nor any later shape can enter the top or pass the own
-    // shape, so those are only confirmed feasible.
-    auto best_of = [&](Shape& shape, double stop_at) -> std::optional<Best> {
+    // shape, so those are only confirmed feasible. A shape between the two (its bound past the top, below
+    // the own shape's step) needs only one setting faster than the own shape to be counted ahead of it.
+    // `enough`: a shape that cannot enter the top only has to be placed against the own shape, so its first
+    // valid setting faster than that ends the search (its step then stands for the shape's, which is no
+    // slower; either way it ranks ahead of the own shape and outside the top).
+    auto best_of = [&](Shape& shape, double stop_at, double enough) -> std::optional<Best> {
       std::optional<Best> best;
       for (const Candidate& cand : shape.candidates) {
         if (cand.bound > std::min(stop_at, best ? best->step : stop_at)) break;
@@ -270,6 +274,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
         if (best && !better(b, *best)) continue;
         if (!valid(shape.layout, cand.setting)) continue;
         best = b;
+        if (best->step < enough) break;
       }
       return best;
     };
@@ -278,7 +283,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
     double own_step = inf;
     for (Shape& shape : shapes)
       if (is_own(shape))
-        if (auto b = best_of(shape, inf)) bests.push_back(*b), own_step = b->step;
+        if (auto b = best_of(shape, inf, -inf)) bests.push_back(*b), own_step = b->step;
     const size_t keep = size_t(std::max(1, top_n));
     std::priority_queue<double> top_steps;  // the `keep` fastest bests so far, slowest on top
     for (const Best& b : bests) top_steps.push(b.step);
@@ -291,7 +296,9 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
           if (valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
         continue;
       }
-      if (auto b = best_of(shape, stop_at)) {
+      // Outside the top when even its bound is slower than the top's slowest (then stop_at is the own step).
+      const double enough = shape.candidates.front().bound > cut ? own_step : -inf;
+      if (auto b = best_of(shape, stop_at, enough)) {
         bests.push_back(*b);
         top_steps.push(b->step);
         if (top_steps.size() > keep) top_steps.pop();
