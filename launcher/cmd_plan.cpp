@@ -228,11 +228,20 @@ int cmd_plan(int argc, char** argv) {
       // [/svg]
     }
     if (format == "json") {
+      // Streamed: the text goes to stdout in pieces of about 1 MiB as it is written (a plan of 1,048,576 GPUs
+      // is about 170 MB of JSON). Everything that can refuse the plan has been checked above; an allocation that
+      // fails after the first piece leaves a truncated document, with the one line below and exit 2.
+      constexpr size_t kPiece = size_t(1) << 20;
       std::string out;
-      out.reserve(size_t(map.world()) * 200 + 4096);
+      out.reserve(kPiece + 64 * 1024);
+      auto flush = [&out] {
+        if (out.size() < kPiece) return;
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        out.clear();
+      };
       JsonWriter j(out);
       j.begin_object();
-      cli::render_plan_json_body(j, view);
+      cli::render_plan_json_body(j, view, flush);
       if (sched) {
         j.key("schedule");
         cli::render_schedule_json(j, *sched);

@@ -29,7 +29,9 @@ struct PlanView {
 
 void render_plan_table(std::ostream& out, const PlanView& v);
 // Writes the plan's keys into an object the caller has opened (so it can add sections such as "estimate").
-void render_plan_json_body(JsonWriter& j, const PlanView& v);
+// `flush` (optional) is called between ranks and between groups, where the writer's text so far may be
+// written out and cleared: the caller streams a plan of a million GPUs instead of holding it whole.
+void render_plan_json_body(JsonWriter& j, const PlanView& v, const std::function<void()>& flush = {});
 
 // `meshrun plan --schedule`: the layout's pipeline schedule (mesh's generator) simulated with unit costs,
 // F = B = W = 1 per chunk (a fused BW costs 2) and free transfers, so each column of the timeline is one
