@@ -127,7 +127,7 @@ struct SearchResult {
   int64_t config_rank = 0;
   double config_gap = 0;
   double elapsed_s = 0;
-  int64_t pipeline_tables = 0;       // schedule tables generated for the bubble and live activations
+  int64_t pipeline_tables = 0;       // schedule tables generated for simulated bubbles (live slots need none)
   int64_t pipeline_simulations = 0;  // simulations run (the rest came from the cache)
 };
 
