@@ -216,12 +216,12 @@ int cmd_plan(int argc, char** argv) {
     RankMap map(*layout, cluster);
     std::vector<std::string> warnings = layout_warnings(cfg.job, *layout, cluster);
     const int network = static_cast<int>(Link::network);
-    if (GroupSummary tp = summarize_group(map, GroupKind::tp); tp.by_link[network] > 0)
+    if (GroupSummary tp = cli::summarize_group_streamed(map, GroupKind::tp); tp.by_link[network] > 0)
       warnings.push_back(std::to_string(tp.by_link[network]) + " of " + std::to_string(tp.count) +
                          " TP groups cross the network with order " + layout->order.str() +
                          "; put tp first in parallel.order");
     if (layout->ep > 1) {
-      if (GroupSummary ep = summarize_group(map, GroupKind::ep); ep.by_link[network] > 0)
+      if (GroupSummary ep = cli::summarize_group_streamed(map, GroupKind::ep); ep.by_link[network] > 0)
         warnings.push_back("EP all-to-all crosses the network in " + std::to_string(ep.by_link[network]) + " of " +
                            std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
     }
@@ -258,11 +258,20 @@ int cmd_plan(int argc, char** argv) {
       // [/svg]
     }
     if (format == "json") {
+      // Streamed: the text goes to stdout in pieces of about 1 MiB as it is written (a plan of 1,048,576 GPUs
+      // is about 170 MB of JSON). Everything that can refuse the plan has been checked above; an allocation that
+      // fails after the first piece leaves a truncated document, with the one line below and exit 2.
+      constexpr size_t kPiece = size_t(1) << 20;
       std::string out;
-      out.reserve(size_t(map.world()) * 200 + 4096);
+      out.reserve(kPiece + 64 * 1024);
+      auto flush = [&out] {
+        if (out.size() < kPiece) return;
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        out.clear();
+      };
       JsonWriter j(out);
       j.begin_object();
-      cli::render_plan_json_body(j, view);
+      cli::render_plan_json_body(j, view, flush);
       if (sched) {
         j.key("schedule");
         cli::render_schedule_json(j, *sched);

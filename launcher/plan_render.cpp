@@ -1,6 +1,7 @@
 #include "plan_render.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -32,6 +33,19 @@ std::string layer_summary(const std::vector<int>& layers) {
   s = "layers per chunk: " + s;
   if (layers.front() == 0) s += " (the first chunk holds only the embedding, the last only the output head)";
   return s;
+}
+
+// Decimal digits of v, as JsonWriter writes integers.
+void append_int(std::string& out, int64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, size_t(r.ptr - buf));
+}
+// `key` (its quoted name and the colon, a literal) and v's digits.
+template <size_t N>
+void append_field(std::string& out, const char (&key)[N], int64_t v) {
+  out.append(key, N - 1);
+  append_int(out, v);
 }
 
 // Nodes to print: all, or the first two and the last.
@@ -143,7 +157,8 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
   }
 
   o << "\ngroups\n    " << pad("axis", 7) << pad("size", 7, true) << pad("count", 8, true) << "  link\n";
-  for (const auto& s : summarize_groups(map)) {
+  for (GroupKind kind : kGroupKinds) {
+    const GroupSummary s = summarize_group_streamed(map, kind);
     std::string links;
     const Link order[] = {Link::self, Link::nvlink, Link::pcie, Link::network};
     for (Link ln : order) {
@@ -163,7 +178,26 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
   }
 }
 
-void render_plan_json_body(JsonWriter& j, const PlanView& v) {
+GroupSummary summarize_group_streamed(const RankMap& map, GroupKind kind,
+                                      const std::function<void(const std::vector<int>&)>& each) {
+  GroupSummary s;
+  s.kind = kind;
+  s.size = map.grid().group_size(kind);
+  // A group is met first at its smallest member, the rank no earlier group holds: the order of
+  // RankGrid::groups (by first member), one group at a time.
+  std::vector<bool> seen(size_t(map.world()), false);
+  for (int r = 0; r < map.world(); ++r) {
+    if (seen[r]) continue;
+    const std::vector<int> g = map.grid().group_of(r, kind);
+    for (int member : g) seen[member] = true;
+    ++s.count;
+    ++s.by_link[static_cast<int>(map.link_of(g))];
+    if (each) each(g);
+  }
+  return s;
+}
+
+void render_plan_json_body(JsonWriter& j, const PlanView& v, const std::function<void()>& flush) {
   const RankMap& map = v.map;
   const Layout& l = map.layout();
   const Cluster& c = map.cluster();
@@ -190,18 +224,44 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   if (auto layers = chunk_layers(v.config.job.model.layers, l.pp * l.virtual_stages); layers && !v.layout_only)
     j.key("chunk_layers").int_array(*layers);
 
+  // A row per rank and a list per group: a million of each at the largest sizes, so each is written as one
+  // piece of text (the bytes JsonWriter's fields would give) and the host's literal is escaped once a node.
+  std::string text, host_literal;
+  int host_node = -1;
   j.key("ranks").begin_array();
   for (int r = 0; r < map.world(); ++r) {
     Coord x = map.coords(r);
     Placement p = map.placement(r);
-    j.begin_object();
-    j.field("rank", r).field("node", p.node).field("host", c.hosts[p.node]).field("local_rank", p.local_rank);
-    j.field("gpu", p.gpu).field("tp", x.tp).field("cp", x.cp).field("pp", x.pp).field("dp", x.dp).field("ep", x.ep);
+    if (p.node != host_node) {
+      host_literal.clear();
+      JsonWriter(host_literal).string_literal(c.hosts[p.node]);
+      host_node = p.node;
+    }
+    text.clear();
+    append_field(text, "{\"rank\":", r);
+    append_field(text, ",\"node\":", p.node);
+    text.append(",\"host\":", 8);
+    text += host_literal;
+    append_field(text, ",\"local_rank\":", p.local_rank);
+    append_field(text, ",\"gpu\":", p.gpu);
+    append_field(text, ",\"tp\":", x.tp);
+    append_field(text, ",\"cp\":", x.cp);
+    append_field(text, ",\"pp\":", x.pp);
+    append_field(text, ",\"dp\":", x.dp);
+    append_field(text, ",\"ep\":", x.ep);
     if (v.extra_cells) {
       auto cells = v.extra_cells(p.local_rank);
-      for (size_t k = 0; k < cells.size() && k < v.extra_columns.size(); ++k) j.field(v.extra_columns[k], cells[k]);
+      JsonWriter cell(text);
+      for (size_t k = 0; k < cells.size() && k < v.extra_columns.size(); ++k) {
+        text += ',';
+        cell.string_literal(v.extra_columns[k]);
+        text += ':';
+        cell.string_literal(cells[k]);
+      }
     }
-    j.end_object();
+    text += '}';
+    j.raw(text);
+    if (flush) flush();
   }
   j.end_array();
 
@@ -210,7 +270,16 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v) {
   j.key("groups").begin_object();
   for (GroupKind k : kGroupKinds) {
     j.key(group_name(k)).begin_array();
-    summaries.push_back(summarize_group(map, k, [&](const std::vector<int>& g) { j.int_array(g); }));
+    summaries.push_back(summarize_group_streamed(map, k, [&](const std::vector<int>& g) {
+      text.assign(1, '[');
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (i) text += ',';
+        append_int(text, g[i]);
+      }
+      text += ']';
+      j.raw(text);
+      if (flush) flush();
+    }));
     j.end_array();
   }
   j.end_object();

@@ -3,7 +3,6 @@
 #include "meshrun/schedule.hpp"
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -69,6 +68,7 @@ ScheduleTable lower(const ScheduleSpec& spec, const std::vector<std::vector<Acti
   t.ranks.resize(pp);
   for (int r = 0; r < pp; ++r) {
     auto& out = t.ranks[r];
+    out.reserve(3 * compute_order[r].size());  // each compute action with at most one receive and one send
     for (const Action& a : compute_order[r]) {
       const int mb = a.microbatch, c = a.chunk;
       if (a.kind == ActionKind::F && c > 0) out.push_back({ActionKind::recv_act, mb, c - 1, chunk_rank(c - 1, pp)});
@@ -86,6 +86,7 @@ ScheduleTable lower(const ScheduleSpec& spec, const std::vector<std::vector<Acti
 std::vector<std::vector<Action>> gpipe_order(const ScheduleSpec& spec) {
   std::vector<std::vector<Action>> order(spec.pp);
   for (int r = 0; r < spec.pp; ++r) {
+    order[r].reserve(2 * size_t(spec.microbatches));
     for (int mb = 0; mb < spec.microbatches; ++mb) order[r].push_back(compute(ActionKind::F, mb, r));
     for (int mb = 0; mb < spec.microbatches; ++mb) order[r].push_back(compute(ActionKind::BW, mb, r));
   }
@@ -98,6 +99,7 @@ std::vector<std::vector<Action>> one_f_one_b_order(const ScheduleSpec& spec) {
   const int pp = spec.pp, m = spec.microbatches;
   std::vector<std::vector<Action>> order(pp);
   for (int r = 0; r < pp; ++r) {
+    order[r].reserve(2 * size_t(m));
     const int warmup = std::min(pp - r - 1, m);
     for (int mb = 0; mb < warmup; ++mb) order[r].push_back(compute(ActionKind::F, mb, r));
     for (int k = 0; k < m - warmup; ++k) {
@@ -118,6 +120,7 @@ std::vector<std::vector<Action>> interleaved_order(const ScheduleSpec& spec) {
   const int pp = spec.pp, v = spec.virtual_stages, m = spec.microbatches, total = m * v;
   std::vector<std::vector<Action>> order(pp);
   for (int r = 0; r < pp; ++r) {
+    order[r].reserve(2 * size_t(total));
     auto microbatch = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
     auto chunk = [&](int k, bool forward) {
       int stage = (k % (pp * v)) / pp;
@@ -145,6 +148,7 @@ std::vector<std::vector<Action>> zero_bubble_order(const ScheduleSpec& spec) {
   const int pp = spec.pp, m = spec.microbatches;
   std::vector<std::vector<Action>> order(pp);
   for (int r = 0; r < pp; ++r) {
+    order[r].reserve(3 * size_t(m));
     int f = 0, b = 0, w = 0;
     auto F = [&] { order[r].push_back(compute(ActionKind::F, f++, r)); };
     auto B = [&] { order[r].push_back(compute(ActionKind::B, b++, r)); };
@@ -352,8 +356,10 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
 
   // 3. On each rank, every action after what it needs from this rank: F(m,c) after F(m,c−1) or its receive,
   // B(m,c) after F(m,c) and B(m,c+1) or its receive, W(m,c) after B(m,c), a send after what produced it.
+  // Per (mb, chunk), the rank that has run its F / B or received its activation / gradient (−1: none yet):
+  // one array for all ranks, so the check stays linear in the table's size however many ranks there are.
+  std::vector<int> done_f(g.size(), -1), done_b(g.size(), -1), got_act(g.size(), -1), got_grad(g.size(), -1);
   for (int r = 0; r < pp; ++r) {
-    std::vector<char> done_f(g.size(), 0), done_b(g.size(), 0), got_act(g.size(), 0), got_grad(g.size(), 0);
     for (const Action& a : table.ranks[r]) {
       const int mb = a.microbatch, c = a.chunk, i = g.at(mb, c);
       auto needs = [&](bool ok, ActionKind what, const char* note = "") {
@@ -368,23 +374,25 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
                                : action_text(Action{recv_kind, mb, from_chunk, chunk_rank(from_chunk, pp)});
         problems.push_back(at(r, a) + " runs before " + what + "; move it after that on rank " + s(r));
       };
+      auto here = [r](const std::vector<int>& v, int k) { return v[k] == r; };
       switch (a.kind) {
         case ActionKind::F:
-          if (c > 0) input(done_f[g.at(mb, c - 1)], got_act[g.at(mb, c - 1)], ActionKind::recv_act, c - 1, ActionKind::F);
-          done_f[i] = 1;
+          if (c > 0)
+            input(here(done_f, g.at(mb, c - 1)), here(got_act, g.at(mb, c - 1)), ActionKind::recv_act, c - 1, ActionKind::F);
+          done_f[i] = r;
           break;
         case ActionKind::B:
         case ActionKind::BW:
-          needs(done_f[i], ActionKind::F);
+          needs(here(done_f, i), ActionKind::F);
           if (c < last)
-            input(done_b[g.at(mb, c + 1)], got_grad[g.at(mb, c + 1)], ActionKind::recv_grad, c + 1, ActionKind::B);
-          done_b[i] = 1;
+            input(here(done_b, g.at(mb, c + 1)), here(got_grad, g.at(mb, c + 1)), ActionKind::recv_grad, c + 1, ActionKind::B);
+          done_b[i] = r;
           break;
-        case ActionKind::W: needs(done_b[i], ActionKind::B); break;
-        case ActionKind::send_act: needs(done_f[i], ActionKind::F); break;
-        case ActionKind::send_grad: needs(done_b[i], ActionKind::B, " (or BW)"); break;
-        case ActionKind::recv_act: got_act[i] = 1; break;
-        case ActionKind::recv_grad: got_grad[i] = 1; break;
+        case ActionKind::W: needs(here(done_b, i), ActionKind::B); break;
+        case ActionKind::send_act: needs(here(done_f, i), ActionKind::F); break;
+        case ActionKind::send_grad: needs(here(done_b, i), ActionKind::B, " (or BW)"); break;
+        case ActionKind::recv_act: got_act[i] = r; break;
+        case ActionKind::recv_grad: got_grad[i] = r; break;
       }
     }
   }
@@ -392,17 +400,27 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
   // 4. Per-peer order: transfers carry no tag (NCCL has none), so rank a's k-th send to b meets b's k-th
   // receive from a, and both must name the same tensor. Only meaningful once every tensor is paired.
   if (paired) {
-    // (from, to) -> positions of from's sends to `to` and of to's receives from `from`, in list order.
-    std::map<std::pair<int, int>, std::pair<std::vector<int>, std::vector<int>>> pairs;
+    // (from, to) -> positions of from's sends to `to` and of to's receives from `from`, in list order. Check 1
+    // put every peer next to its rank on the ring (chunk c's neighbours live on ranks r ± 1 mod pp), so a
+    // pair is (from, side): side 0 is to = from + 1, side 1 is to = from − 1 (mod pp; the same rank when
+    // pp ≤ 2, then side 0). Pairs are checked in (from, to) order.
+    auto side = [pp](int from, int to) { return to == (from + 1) % pp ? 0 : 1; };
+    std::vector<std::pair<std::vector<int>, std::vector<int>>> pairs(2 * size_t(pp));
     for (int r = 0; r < pp; ++r)
       for (int i = 0; i < int(table.ranks[r].size()); ++i) {
         const Action& a = table.ranks[r][i];
-        if (is_send(a.kind)) pairs[{r, a.peer}].first.push_back(i);
-        if (is_recv(a.kind)) pairs[{a.peer, r}].second.push_back(i);
+        if (is_send(a.kind)) pairs[2 * r + side(r, a.peer)].first.push_back(i);
+        if (is_recv(a.kind)) pairs[2 * a.peer + side(a.peer, r)].second.push_back(i);
       }
-    for (const auto& [ranks, positions] : pairs) {
-      const auto& [from, to] = ranks;
-      const auto& [sent, received] = positions;
+    std::vector<std::pair<int, int>> order;  // (from, to), ascending
+    for (int from = 0; from < pp; ++from) {
+      const int up = (from + 1) % pp, down = (from + pp - 1) % pp;
+      if (up == down) order.push_back({from, up});
+      else if (up < down) order.push_back({from, up}), order.push_back({from, down});
+      else order.push_back({from, down}), order.push_back({from, up});
+    }
+    for (const auto& [from, to] : order) {
+      const auto& [sent, received] = pairs[2 * from + side(from, to)];
       for (size_t k = 0; k < std::min(sent.size(), received.size()); ++k) {
         const Action &x = table.ranks[from][sent[k]], &y = table.ranks[to][received[k]];
         if (message_key(g, x) == message_key(g, y)) continue;
@@ -460,7 +478,13 @@ Timeline simulate_schedule(const ScheduleTable& table, const ScheduleCosts& cost
   return simulate_validated_schedule(table, costs);
 }
 
-Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleCosts& costs) {
+namespace {
+
+// The event loop both simulate_validated_schedule and simulate_validated_makespan run: every rank's clock
+// and busy time, each compute action reported to `on_compute(rank, index, start, end)` as it is timed.
+template <class OnCompute>
+void run_schedule(const ScheduleTable& table, const ScheduleCosts& costs, std::vector<double>& clock,
+                  std::vector<double>& busy, OnCompute&& on_compute) {
   const int pp = table.spec.pp, chunks = table.chunks();
   if (int(table.ranks.size()) != pp) throw std::invalid_argument("schedule table: one action list per rank needed");
   for (const auto* v : {&costs.f, &costs.b, &costs.w})
@@ -472,13 +496,12 @@ Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleC
   for (int c = 0; c < chunks; ++c)
     dur_f[c] = cost_of(costs.f, c, "f"), dur_b[c] = cost_of(costs.b, c, "b"), dur_w[c] = cost_of(costs.w, c, "w");
   const Grid g{table.spec.microbatches, chunks};
-  Timeline tl;
-  tl.ranks.resize(pp);
-  std::vector<double> clock(pp, 0.0), busy(pp, 0.0), posted_at(2 * g.size(), -1.0);
+  clock.assign(pp, 0.0);
+  busy.assign(pp, 0.0);
+  std::vector<double> posted_at(2 * g.size(), -1.0);
   std::vector<size_t> next(pp, 0);
   std::vector<int> waiting_on(2 * g.size(), -1), runnable;
   for (int r = 0; r < pp; ++r) runnable.push_back(r);
-  for (int r = 0; r < pp; ++r) tl.ranks[r].reserve(table.ranks[r].size());
   // Same progress rule as the deadlock check; times follow from when each send was posted.
   while (!runnable.empty()) {
     const int r = runnable.back();
@@ -516,7 +539,7 @@ Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleC
         case ActionKind::W: d = dur_w[a.chunk]; break;
         case ActionKind::BW: d = dur_b[a.chunk] + dur_w[a.chunk]; break;
       }
-      tl.ranks[r].push_back({int(i), now, now + d});
+      on_compute(r, i, now, now + d);
       now += d;
       busy[r] += d;
     }
@@ -527,6 +550,19 @@ Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleC
   for (int r = 0; r < pp; ++r)
     if (next[r] < table.ranks[r].size())
       throw std::invalid_argument("schedule table: rank " + s(r) + " deadlocks at " + action_text(table.ranks[r][next[r]]));
+}
+
+}  // namespace
+
+Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleCosts& costs) {
+  const int pp = table.spec.pp;
+  Timeline tl;
+  tl.ranks.resize(pp);
+  for (int r = 0; r < pp && r < int(table.ranks.size()); ++r) tl.ranks[r].reserve(table.ranks[r].size());
+  std::vector<double> clock, busy;
+  run_schedule(table, costs, clock, busy, [&tl](int r, size_t i, double start, double end) {
+    tl.ranks[r].push_back({int(i), start, end});
+  });
   tl.makespan = *std::max_element(clock.begin(), clock.end());
   tl.idle.resize(pp);
   tl.peak_live_per_rank.assign(pp, 0);
@@ -545,6 +581,16 @@ Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleC
   tl.peak_live_microbatches = *std::max_element(tl.peak_live_per_rank.begin(), tl.peak_live_per_rank.end());
   tl.bubble_fraction = tl.makespan > 0 ? idle_sum / (pp * tl.makespan) : 0.0;
   return tl;
+}
+
+ScheduleMakespan simulate_validated_makespan(const ScheduleTable& table, const ScheduleCosts& costs) {
+  std::vector<double> clock, busy;
+  run_schedule(table, costs, clock, busy, [](int, size_t, double, double) {});
+  ScheduleMakespan out;
+  out.makespan = *std::max_element(clock.begin(), clock.end());
+  out.idle.resize(clock.size());
+  for (size_t r = 0; r < clock.size(); ++r) out.idle[r] = out.makespan - busy[r];
+  return out;
 }
 
 }  // namespace meshrun

@@ -34,7 +34,8 @@ struct LayerCost {
   double fwd = 0;        // matmuls, attention and elementwise kernels
   double bwd = 0;        // their input and weight gradients
   double bwd_weight = 0; // the weight-gradient GEMMs of bwd (what zb defers as W)
-  double selective = 0;  // extra work of selective recomputation (per layer, in the backward pass)
+  double selective = 0;  // extra work of selective recomputation (per layer, in the backward pass; time()
+                         // charges it only when the setting recomputes selectively)
   double tp = 0, cp = 0, ep = 0;  // exposed collectives, latency included (cp: one K/V all-gather)
   double cp_fwd = 0, cp_bwd = 0;  // exposed CP communication per direction for the configured cp_comm
   double head_fwd = 0, head_bwd = 0;  // output projection (last stage)
@@ -55,6 +56,9 @@ class CostModel {
   double capacity_bytes() const { return capacity_; }
   int64_t params_total() const { return params_total_; }
   const PipelineSims& pipeline() const { return pipeline_; }
+  // Live activation slots from the simulated schedule tables instead of their closed form (the exhaustive
+  // search, which tests compare the search with).
+  void use_simulated_live_slots(bool on) { simulated_live_ = on; }
   double model_flops_per_step() const { return model_flops_step_; }
   // Memory of the worse of the first and last stage.
   void memory(const Setting& s, const StageLayers& l, Cost* out) const;
@@ -62,13 +66,18 @@ class CostModel {
   // time() in two steps, for the search's pruning: every part but the simulated pipeline idle (so a lower
   // bound of the step), returning the costs the simulation needs; then that idle added to pp_bubble.
   PipelineCosts time_before_bubble(const Setting& s, const StageLayers& l, const AxisLinks& links, Cost* out) const;
+  // The same with the layer's costs given: layer_cost(s, links) depends only on tp, cp, ep, sp, the
+  // micro-batch size and the links, so the search computes it once for every pipeline, ZeRO and
+  // recomputation choice that shares them.
+  PipelineCosts time_before_bubble(const Setting& s, const StageLayers& l, const AxisLinks& links, const LayerCost& c,
+                                   Cost* out) const;
+  LayerCost layer_cost(const Setting& s, const AxisLinks& links) const;
   void add_bubble(const Setting& s, const PipelineCosts& costs, Cost* out) const;
   // A lower bound of what add_bubble adds, without simulating (PipelineSims::idle_lower_bound).
   double bubble_lower_bound(const Setting& s, const PipelineCosts& costs) const;
 
  private:
   MemoryParts stage_memory(const Setting& s, int layers, int rank) const;
-  LayerCost layer_cost(const Setting& s, const AxisLinks& links) const;
   double bandwidth(Link link) const;  // bytes/s achieved by collectives
   // Seconds of a forward GEMM (m×n outputs, depth k; `count` of them grouped) and of its backward pair
   // (input gradient m×k over n, weight gradient k×n over m).
@@ -92,6 +101,7 @@ class CostModel {
   double capacity_;
   double model_flops_step_;
   mutable PipelineSims pipeline_;  // a cache: memory() and time() stay logically const
+  bool simulated_live_ = false;
 };
 
 }  // namespace meshrun::planner::detail
@@ -107,6 +117,13 @@ Resolved resolve(const JobConfig& cfg);  // throws ConfigError
 // Whether the planner may cost this setting: pp = 1 (nothing simulated) or a schedule of at most
 // kMaxScheduleSlots slots (mesh's schedule_size()); schedule_problem() and the search's skip both ask it.
 bool schedule_within_bound(int64_t global_batch, int64_t micro_batch, int dp, int pp, int v);
+
+// search() by either path. pruned (what search() runs): every fitting setting gets a lower bound of its
+// step without simulating, and only settings whose bound can still matter are simulated. exhaustive (for
+// tests): every fitting setting costed in full with its simulated bubble, live slots from the simulated
+// tables, each one checked by the validator. Both give the same ranked list (tests/planner/test_search.cpp).
+enum class SearchPath { pruned, exhaustive };
+SearchResult search(const JobConfig& cfg, int top_n, SearchPath path);
 
 // Builds the public Estimate from a costed setting.
 Estimate make_estimate(const JobConfig& cfg, const Layout& layout, const Setting& s, const Hardware& hw,

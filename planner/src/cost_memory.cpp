@@ -30,9 +30,11 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   // Activations: one layer's saved tensors × layers × micro-batches in flight on this rank.
   ActivationShape a{seq_, s.micro_batch, s.tp, s.sp, s.cp, s.recompute, act_};
   const double per_layer = activation_bytes_per_layer(m_, a);
-  // Peak live (micro-batch, chunk) slots on this rank from the schedule's simulated table (GPipe m, 1F1B
-  // pp − r, interleaved Megatron's warm-up depth + 1, ZB-H1 up to pp), each a chunk's share of the layers.
-  const int live = pipeline_.peak_live(s.schedule, s.pp, s.virtual_stages, micro)[rank];
+  // Peak live (micro-batch, chunk) slots on this rank, what the schedule's simulated table gives (GPipe m,
+  // 1F1B pp − r, interleaved Megatron's warm-up depth + 1, ZB-H1 min(pp, m)) in closed form (pipeline.cpp),
+  // each a chunk's share of the layers.
+  const int live = simulated_live_ ? pipeline_.peak_live_simulated(s.schedule, s.pp, s.virtual_stages, micro)[rank]
+                                   : PipelineSims::peak_live(s.schedule, s.pp, s.virtual_stages, micro, rank);
   const double in_flight_layers = double(live) * layers / s.virtual_stages;
   mem.activations = per_layer * in_flight_layers;
   if (s.recompute == Recompute::full) {  // the layer being recomputed is materialised in full

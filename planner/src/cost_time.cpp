@@ -55,8 +55,7 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   const double elementwise_time = tokens * elementwise_bytes / t / (hw_.hbm_tbps * 1e12);
   // Selective recomputation re-runs the two norms and the activation function in the backward pass.
   LayerCost c;
-  if (s.recompute == Recompute::selective)
-    c.selective = tokens * act_ * (4.0 * m_.hidden + act_fn) / t / (hw_.hbm_tbps * 1e12);
+  c.selective = tokens * act_ * (4.0 * m_.hidden + act_fn) / t / (hw_.hbm_tbps * 1e12);
   // Attention's and the elementwise kernels' backward: twice the forward work.
   c.fwd = mm_fwd + attn_time + elementwise_time;
   c.bwd = mm_bwd + 2 * (attn_time + elementwise_time);
@@ -115,7 +114,12 @@ double CostModel::bubble_lower_bound(const Setting& s, const PipelineCosts& pc) 
 
 PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers& l, const AxisLinks& links,
                                             Cost* out) const {
-  const LayerCost c = layer_cost(s, links);
+  return time_before_bubble(s, l, links, layer_cost(s, links), out);
+}
+
+PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers& l, const AxisLinks& links,
+                                            const LayerCost& c, Cost* out) const {
+  const double selective = s.recompute == Recompute::selective ? c.selective : 0.0;
   const int micro = global_batch_ / (s.dp * s.micro_batch);
   const bool moe = m_.experts > 0;
   const double t = s.tp;
@@ -131,7 +135,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
     TimeParts& p = r.p;
     r.fwd = layers * c.fwd + (with_head ? c.head_fwd : 0);
     p.compute = layers * (c.fwd + c.bwd) + (with_head ? c.head_fwd + c.head_bwd : 0);
-    p.recompute = layers * (again * c.fwd + c.selective);
+    p.recompute = layers * (again * c.fwd + selective);
     p.tp_comm = layers * (2 + again) * c.tp;
     // CP (layer_cost): all-gather — forward gather, backward gather + reduce-scatter, full recomputation's
     // gather serving the backward; ring — the forward's hops again under full recomputation.
@@ -160,7 +164,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   if (s.pp > 1) {
     pc.f = c.fwd + c.tp + c.cp_fwd + c.ep;
     pc.w = c.bwd_weight;
-    pc.b = c.bwd - c.bwd_weight + again * c.fwd + c.selective + (1 + again) * (c.tp + c.ep) + c.cp_bwd +
+    pc.b = c.bwd - c.bwd_weight + again * c.fwd + selective + (1 + again) * (c.tp + c.ep) + c.cp_bwd +
            (cp_ring_ ? again * c.cp_fwd : 0.0);
     pc.head_f = c.head_fwd;
     pc.head_w = c.head_bwd_weight;

@@ -1,6 +1,7 @@
 // Pipeline bubble and live activations from mesh's generator and simulator, cached (pipeline.hpp).
 #include "pipeline.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -8,38 +9,38 @@
 
 namespace meshrun::planner::detail {
 
-PipelineSims::Table& PipelineSims::table(PipelineSchedule kind, int pp, int v, int m) {
-  auto& slot = tables_[{int(kind), pp, v, m}];
-  if (!slot) {
-    auto t = std::make_unique<Table>();
-    t->table = generate_schedule({kind, pp, v, m});  // throws on a spec the mesh rule refuses
-    t->chunk_layers = layers_of(pp * v);
-    t->peak_live = simulate_schedule(t->table, ScheduleCosts{}).peak_live_per_rank;  // validates it, once
-    slot = std::move(t);
+int PipelineSims::peak_live(PipelineSchedule kind, int pp, int v, int m, int rank) {
+  // A slot opens at F and closes at W or BW, and a rank runs its list in order, so its peak is the largest
+  // count of Fs not yet closed along its list. Each generator's order (mesh/src/schedule.cpp) in turn:
+  switch (kind) {
+    case PipelineSchedule::gpipe: return m;  // every F before the first BW
+    case PipelineSchedule::one_f_one_b: {
+      // warm-up min(pp − r − 1, m) Fs, then (F, BW) pairs: one more F opens before the first BW closes.
+      const int warmup = std::min(pp - rank - 1, m);
+      return warmup < m ? warmup + 1 : m;
+    }
+    case PipelineSchedule::interleaved: {
+      // the same with m·V chunk-micro-batches and Megatron's warm-up 2·(pp − r − 1) + (V − 1)·pp.
+      const int64_t total = int64_t(m) * v, warmup = std::min<int64_t>(total, 2 * (pp - rank - 1) + int64_t(v - 1) * pp);
+      return int(warmup < total ? warmup + 1 : total);
+    }
+    case PipelineSchedule::zero_bubble:
+      // pp − r − 1 Fs, r (F, B) pairs and the first triple's F all come before the first W: min(pp, m) open;
+      // then each (F, B, W) opens one and closes one, and the cool-down only closes.
+      return std::min(pp, m);
   }
-  return *slot;
+  throw std::invalid_argument("pipeline: unknown schedule");
 }
 
-std::vector<int> PipelineSims::samples(int pp, int v, int m) {
-  // The generators' orders repeat every micro-batch with one chunk per rank and every group of pp
-  // micro-batches when interleaved; the samples lie past warm-up and before cool-down.
-  const int period = v == 1 ? 1 : pp, first = v == 1 ? 2 * pp : 3 * pp;
-  if (m <= first + 2 * period) return {};
-  return {first, first + period, first + 2 * period};  // m − first is whole periods (interleaved: m % pp = 0)
+std::vector<int> PipelineSims::peak_live(PipelineSchedule kind, int pp, int v, int m) const {
+  std::vector<int> out(pp);
+  for (int r = 0; r < pp; ++r) out[r] = peak_live(kind, pp, v, m, r);
+  return out;
 }
 
-const std::vector<int>& PipelineSims::peak_live(PipelineSchedule kind, int pp, int v, int m) {
-  auto& out = peaks_[{int(kind), pp, v, m}];
-  if (!out.empty()) return out;
-  const std::vector<int> at = samples(pp, v, m);
-  if (at.empty()) return out = peak_live_exact(kind, pp, v, m);
-  const std::vector<int> a = peak_live_exact(kind, pp, v, at[0]), b = peak_live_exact(kind, pp, v, at[1]),
-                         c = peak_live_exact(kind, pp, v, at[2]);
-  out.resize(a.size());
-  for (size_t r = 0; r < a.size(); ++r) {
-    if (c[r] - b[r] != b[r] - a[r]) return ++not_periodic_, out = peak_live_exact(kind, pp, v, m);
-    out[r] = c[r] + (c[r] - b[r]) * ((m - at[2]) / (at[2] - at[1]));
-  }
+const std::vector<int>& PipelineSims::peak_live_simulated(PipelineSchedule kind, int pp, int v, int m) {
+  auto& out = simulated_live_[{int(kind), pp, v, m}];
+  if (out.empty()) out = simulate_schedule(generate_schedule({kind, pp, v, m}), ScheduleCosts{}).peak_live_per_rank;
   return out;
 }
 
@@ -57,19 +58,29 @@ PipelineRun PipelineSims::simulate(PipelineSchedule kind, int pp, int v, int m, 
   std::vector<long long> key = {int(kind), pp, v, m, r.f, r.b, r.w, r.head_f, r.head_b, r.head_w, r.transfer};
   auto it = runs_.find(key);
   if (it != runs_.end()) return it->second;
-  Table& t = table(kind, pp, v, m);
+  const std::tuple<int, int, int, int> table_key{int(kind), pp, v, m};
+  if (table_key != table_key_) {
+    table_key_ = {-1, 0, 0, 0};
+    table_ = generate_schedule({kind, pp, v, m});  // throws on a spec the mesh rule refuses
+    ++tables_;
+    if (validated_.insert(table_key).second)  // each spec once; a regenerated table is the same table
+      if (auto problems = validate_schedule(table_); !problems.empty())
+        throw std::invalid_argument("pipeline: mesh's generator wrote an invalid table: " + problems.front());
+    table_key_ = table_key;
+  }
+  const std::vector<int>& chunk_layers = layers_of(pp * v);
   const int chunks = pp * v;
   auto rel = [](long long steps) { return double(steps) / kCostSteps; };
   ScheduleCosts sc;
   sc.f.resize(chunks), sc.b.resize(chunks), sc.w.resize(chunks);
   for (int ch = 0; ch < chunks; ++ch) {
     const bool head = ch == chunks - 1;
-    sc.f[ch] = t.chunk_layers[ch] * rel(r.f) + (head ? rel(r.head_f) : 0);
-    sc.b[ch] = t.chunk_layers[ch] * rel(r.b) + (head ? rel(r.head_b) : 0);
-    sc.w[ch] = t.chunk_layers[ch] * rel(r.w) + (head ? rel(r.head_w) : 0);
+    sc.f[ch] = chunk_layers[ch] * rel(r.f) + (head ? rel(r.head_f) : 0);
+    sc.b[ch] = chunk_layers[ch] * rel(r.b) + (head ? rel(r.head_b) : 0);
+    sc.w[ch] = chunk_layers[ch] * rel(r.w) + (head ? rel(r.head_w) : 0);
   }
   sc.transfer = rel(r.transfer);
-  Timeline tl = simulate_validated_schedule(t.table, sc);  // table() validated it
+  const ScheduleMakespan tl = simulate_validated_makespan(table_, sc);  // validated above
   ++simulations_;
   double min_idle = tl.idle.empty() ? 0 : tl.idle[0];
   for (double idle : tl.idle) min_idle = std::min(min_idle, idle);

@@ -2,7 +2,7 @@
 // planner (docs/planner.md, "Pipeline bubble").
 #pragma once
 #include <map>
-#include <memory>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -24,44 +24,36 @@ struct PipelineRun {
   double min_idle = 0;  // idle time of the busiest rank: makespan − its compute, i.e. the step's bubble
 };
 
-// Tables by (schedule, pp, V, m); simulations by table and costs relative to one layer's f + b + w,
-// rounded to 1/kCostSteps of it (the simulation runs on the rounded costs and is scaled back, so a
-// cached result is exact for its key).
+// Simulations cached by (schedule, pp, V, m) and costs relative to one layer's f + b + w, rounded to
+// 1/kCostSteps of it (the simulation runs on the rounded costs and is scaled back, so a cached result is
+// exact for its key). Only the last table simulated is kept (the search simulates one spec with several
+// costs in a row; a table of 65,536 slots is megabytes), each spec's table validated once.
 //
-// Live slots of long steps: they depend on each rank's order alone, and the generators' orders repeat
-// every micro-batch with one chunk per rank and every pp micro-batches when interleaved, so past warm-up
-// one more period adds the same slots (none, or m's growth for GPipe). For m beyond three periods past
-// 2·pp (3·pp interleaved) micro-batches, the peaks of those three table sizes are taken and, when their
-// two differences agree, extended linearly to m (else the table of m is built, counted by not_periodic).
-// Bubbles are always simulated on the table of m itself. tests/planner/test_pipeline.cpp compares the
-// extension with full tables. Not thread-safe: one per CostModel. The table of m is as large as the step
-// (m × pp·V slots): the planner's callers ask only for pp = 1 or at most kMaxScheduleSlots slots
-// (schedule_within_bound(), cost.hpp), the bound of `meshrun plan --schedule`.
+// Live slots need no table: they follow from each rank's order alone (a rank runs one action at a time,
+// the simulator counts a slot from its F until its W or BW), and each generator's order gives them in
+// closed form (peak_live). tests/planner/test_pipeline.cpp compares it with the simulated tables.
+// Bubbles are always simulated on the table of m itself. Not thread-safe: one per CostModel. The table of
+// m is as large as the step (m × pp·V slots): the planner's callers simulate only pp > 1 within
+// kMaxScheduleSlots slots (schedule_within_bound(), cost.hpp), the bound of `meshrun plan --schedule`.
 class PipelineSims {
  public:
   static constexpr double kCostSteps = 256;
   explicit PipelineSims(int layers) : layers_(layers) {}
-  // Live activation slots per rank: they follow from each rank's order alone (a rank runs one action at a
-  // time), so the unit-cost simulation of the table gives them for every cost.
-  const std::vector<int>& peak_live(PipelineSchedule kind, int pp, int v, int m);
+  // Peak live activation slots of pipeline rank `rank` (0 ≤ rank < pp) for a spec mesh's rule accepts.
+  static int peak_live(PipelineSchedule kind, int pp, int v, int m, int rank);
+  std::vector<int> peak_live(PipelineSchedule kind, int pp, int v, int m) const;
   PipelineRun run(PipelineSchedule kind, int pp, int v, int m, const PipelineCosts& costs);
   // A lower bound of run(...).min_idle without simulating, on the same rounded costs: rank r cannot start
   // before micro-batch 0 has passed chunks 0..r−1 and, with fused backwards, cannot finish before its last
   // backward has gone back through them, so the makespan is at least r's compute plus those two chains.
   double idle_lower_bound(PipelineSchedule kind, int pp, int v, int m, const PipelineCosts& costs);
-  // peak_live without the periodic extension (the reference the tests compare it with).
-  std::vector<int> peak_live_exact(PipelineSchedule kind, int pp, int v, int m) { return table(kind, pp, v, m).peak_live; }
+  // The live slots of the simulated table, cached (the reference the tests and the exhaustive search
+  // compare peak_live with).
+  const std::vector<int>& peak_live_simulated(PipelineSchedule kind, int pp, int v, int m);
   int simulations() const { return simulations_; }
-  int tables() const { return int(tables_.size()); }
-  int not_periodic() const { return not_periodic_; }  // extensions refused by the check (tables built in full)
+  int tables() const { return tables_; }
 
  private:
-  struct Table {
-    ScheduleTable table;
-    std::vector<int> chunk_layers;
-    std::vector<int> peak_live;
-  };
-  Table& table(PipelineSchedule kind, int pp, int v, int m);
   // Costs in steps of 1/kCostSteps of one layer's f + b + w, as the cache key holds them.
   struct Relative {
     long long f, b, w, head_f, head_b, head_w, transfer;
@@ -69,15 +61,16 @@ class PipelineSims {
   Relative relative(PipelineSchedule kind, const PipelineCosts& c) const;
   PipelineRun simulate(PipelineSchedule kind, int pp, int v, int m, const Relative& r);  // relative units
   const std::vector<int>& layers_of(int chunks);  // mesh's chunk_layers, cached
-  // The three sample sizes for m's live slots (empty when m is too short to extend).
-  static std::vector<int> samples(int pp, int v, int m);
 
   int layers_;
-  int simulations_ = 0, not_periodic_ = 0;
-  std::map<std::tuple<int, int, int, int>, std::unique_ptr<Table>> tables_;
+  int simulations_ = 0, tables_ = 0;
+  // The last table simulated: the search asks for one (schedule, pp, V, m) with several costs in a row.
+  std::tuple<int, int, int, int> table_key_{-1, 0, 0, 0};
+  ScheduleTable table_;
+  std::set<std::tuple<int, int, int, int>> validated_;  // specs whose table passed validate_schedule
   std::map<std::vector<long long>, PipelineRun> runs_;  // relative to one layer's f + b + w
-  std::map<std::tuple<int, int, int, int>, std::vector<int>> peaks_;  // peak_live's answers
   std::map<int, std::vector<int>> chunk_layers_;
+  std::map<std::tuple<int, int, int, int>, std::vector<int>> simulated_live_;
 };
 
 }  // namespace meshrun::planner::detail

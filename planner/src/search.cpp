@@ -9,6 +9,7 @@
 #include <queue>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "cost.hpp"
 #include "meshrun/config.hpp"
@@ -60,9 +61,8 @@ struct PipeChoice {
 struct Candidate {
   Setting setting;
   StageLayers layers;
-  Cost cost;              // the step time without the simulated pipeline idle until add_bubble
-  PipelineCosts pipeline;
-  double bound = 0;       // lower bound of the full step: cost's step plus the idle's lower bound
+  double bound = 0;  // lower bound of the full step: the step without the simulated idle plus its lower bound
+  int index = 0;     // enumeration order within the shape: of equal steps, the earlier setting wins
 };
 
 struct Shape {  // a mesh shape (tp, cp, pp, dp, ep) and its fitting settings, cheapest bound first
@@ -77,6 +77,7 @@ struct Best {
   AxisLinks links;
   Cost cost;
   double step = 0;
+  int index = 0;
 };
 
 bool tp_fits(int tp, const Cluster& c) {  // mirrors validate()'s "tp-nvlink"
@@ -87,11 +88,17 @@ bool tp_fits(int tp, const Cluster& c) {  // mirrors validate()'s "tp-nvlink"
 
 }  // namespace
 
-SearchResult search(const JobConfig& cfg, int top_n) {
+SearchResult search(const JobConfig& cfg, int top_n) { return detail::search(cfg, top_n, SearchPath::pruned); }
+
+namespace detail {
+
+SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
+  const bool exhaustive = path == SearchPath::exhaustive;
   const auto started = std::chrono::steady_clock::now();
   Resolved r = resolve(cfg);
   const Cluster& cluster = r.cluster;
   CostModel model(cfg, r.hardware);
+  model.use_simulated_live_slots(exhaustive);
   const ModelSpec& m = cfg.model;
   const TrainingSpec& t = cfg.training;
   std::vector<Problem> problems;
@@ -173,56 +180,59 @@ SearchResult search(const JobConfig& cfg, int top_n) {
           // Every fitting setting of this shape, costed without its simulated pipeline idle; with that idle's
           // lower bound (no simulation) this bounds its step from below. Simulations wait for the second pass.
           Shape shape{layout, links, {}};
+          int index = 0;
           for (int mb : micro_batches) {
             const int micro = t.global_batch_size / (dp * mb);
+            // One layer's costs depend on the shape and the micro-batch size only (layer_cost).
+            const LayerCost layer = model.layer_cost({tp, cp, pp, dp, ep, 1, family, mb, 0, Recompute::none, sp}, links);
             for (const PipeChoice& pc : pipes) {
               // mesh's schedule rule (micro-batches against pp, interleaved's multiple of pp)
               if (!check_schedule_spec({pc.schedule, pp, pc.v, micro}).empty()) { drop(Drop::microbatches, per_pipe); continue; }
               // The schedule bound --schedule and --estimate refuse at: this candidate is skipped, not the search.
               if (!schedule_within_bound(t.global_batch_size, mb, dp, pp, pc.v)) { drop(Drop::schedule_size, per_pipe); continue; }
+              // The idle's lower bound depends on the pipeline's costs, which no ZeRO stage changes: once per
+              // recomputation choice.
+              double idle_bound[3] = {-1, -1, -1};
               for (int zero = 0; zero <= zero_max; ++zero)
                 for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
                   ++res.settings;
-                  Candidate cand{{tp, cp, pp, dp, ep, pc.v, pc.schedule, mb, zero, rc, sp}, pc.layers, {}, {}};
-                  model.memory(cand.setting, pc.layers, &cand.cost);
-                  if (cand.cost.memory.total() > model.capacity_bytes()) { ++res.dropped_settings[int(Drop::memory)]; continue; }
-                  cand.pipeline = model.time_before_bubble(cand.setting, pc.layers, links, &cand.cost);
-                  cand.bound = cand.cost.time.step() + model.bubble_lower_bound(cand.setting, cand.pipeline);
+                  Candidate cand{{tp, cp, pp, dp, ep, pc.v, pc.schedule, mb, zero, rc, sp}, pc.layers, 0, index++};
+                  Cost cost;
+                  model.memory(cand.setting, pc.layers, &cost);
+                  if (cost.memory.total() > model.capacity_bytes()) { ++res.dropped_settings[int(Drop::memory)]; continue; }
                   ++res.feasible;
+                  if (!exhaustive) {
+                    const PipelineCosts pipeline = model.time_before_bubble(cand.setting, pc.layers, links, layer, &cost);
+                    double& idle = idle_bound[int(rc)];
+                    if (idle < 0) idle = model.bubble_lower_bound(cand.setting, pipeline);
+                    // Less a hair: step() sums the same parts in another order than the bound.
+                    cand.bound = (cost.time.step() + idle) * (1 - 1e-12);
+                  }
                   shape.candidates.push_back(cand);
                 }
             }
           }
           if (shape.candidates.empty()) continue;
-          std::sort(shape.candidates.begin(), shape.candidates.end(),
-                    [](const Candidate& x, const Candidate& y) { return x.bound < y.bound; });
+          if (!exhaustive)
+            std::sort(shape.candidates.begin(), shape.candidates.end(), [](const Candidate& x, const Candidate& y) {
+              return x.bound != y.bound ? x.bound < y.bound : x.index < y.index;
+            });
           shapes.push_back(std::move(shape));
         }
       }
     }
   }
 
-  // Second pass. A shape's best: its candidates simulated in order of their bound until the bound passes
-  // the best full step; each new best confirmed by the mesh validator. Shapes go in order of their
-  // cheapest bound, the config's own first (the rank report compares every shape with it); once a shape's
-  // bound passes both the top_n-th best step and the own shape's, neither it nor any later shape can
-  // enter the top or pass the own shape, so those are only confirmed feasible.
-  auto best_of = [&](Shape& shape, double stop_at) -> std::optional<Best> {
-    std::optional<Best> best;
-    for (Candidate& cand : shape.candidates) {
-      if (cand.bound >= std::min(stop_at, best ? best->step : stop_at)) break;
-      const Setting& s = cand.setting;
-      model.add_bubble(s, cand.pipeline, &cand.cost);
-      const double step = cand.cost.time.step();
-      if (best && step >= best->step) continue;
-      if (!valid(shape.layout, s)) continue;
-      best = Best{s, cand.layers, shape.links, cand.cost, step};
-    }
-    return best;
+  // A setting's full step: memory, the step without the idle, the simulated idle.
+  auto cost_of = [&](const Shape& shape, const Candidate& cand) {
+    Best b{cand.setting, cand.layers, shape.links, {}, 0, cand.index};
+    model.memory(cand.setting, cand.layers, &b.cost);
+    model.time(cand.setting, cand.layers, shape.links, &b.cost);
+    b.step = b.cost.time.step();
+    return b;
   };
-  const double inf = std::numeric_limits<double>::infinity();
-  std::sort(shapes.begin(), shapes.end(),
-            [](const Shape& x, const Shape& y) { return x.candidates.front().bound < y.candidates.front().bound; });
+  // Of two settings of one shape the faster is better, of equal steps the earlier one.
+  auto better = [](const Best& x, const Best& y) { return x.step != y.step ? x.step < y.step : x.index < y.index; };
   const LayoutSpec& own = cfg.parallel;
   const int64_t own_inner = int64_t(own.tp) * own.cp * own.pp;
   const int64_t own_dp = own.dp > 0 ? own.dp : (own_inner > 0 ? world / own_inner : 0);
@@ -231,37 +241,81 @@ SearchResult search(const JobConfig& cfg, int top_n) {
     return l.tp == own.tp && l.cp == own.cp && l.pp == own.pp && l.dp == own_dp && l.ep == own.ep;
   };
   std::vector<Best> bests;
-  double own_step = inf;
-  for (Shape& shape : shapes)
-    if (is_own(shape))
-      if (auto b = best_of(shape, inf)) bests.push_back(*b), own_step = b->step;
-  const size_t keep = size_t(std::max(1, top_n));
-  std::priority_queue<double> top_steps;  // the `keep` fastest bests so far, slowest on top
-  for (const Best& b : bests) top_steps.push(b.step);
-  int64_t slower_shapes = 0;  // feasible, but slower than the top and than the own shape
-  for (Shape& shape : shapes) {
-    if (is_own(shape)) continue;
-    const double cut = top_steps.size() < keep ? inf : top_steps.top();
-    const double stop_at = own_step < inf ? std::max(cut, own_step) : cut;
-    if (shape.candidates.front().bound >= stop_at) {
-      for (const Candidate& cand : shape.candidates)
-        if (valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
-      continue;
+  int64_t slower_shapes = 0;  // feasible, but slower than the top and than the own shape (pruned path)
+  const double inf = std::numeric_limits<double>::infinity();
+
+  if (exhaustive) {
+    // Every setting costed in full and checked by the validator; a shape's best is its fastest valid one.
+    for (Shape& shape : shapes) {
+      std::optional<Best> best;
+      for (const Candidate& cand : shape.candidates) {
+        if (!valid(shape.layout, cand.setting)) continue;
+        Best b = cost_of(shape, cand);
+        if (!best || better(b, *best)) best = b;
+      }
+      if (best) bests.push_back(*best);
     }
-    if (auto b = best_of(shape, stop_at)) {
-      bests.push_back(*b);
-      top_steps.push(b->step);
-      if (top_steps.size() > keep) top_steps.pop();
-    } else {
-      // Every candidate under the cut was refused by the validator: the shape counts only if one is valid.
-      for (const Candidate& cand : shape.candidates)
-        if (cand.bound >= stop_at && valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
+  } else {
+    // Second pass. A shape's best: its candidates simulated in order of their bound until the bound passes
+    // the best full step (a setting whose bound equals it may still tie, and win by coming first); each
+    // new best confirmed by the mesh validator. Shapes go in order of their cheapest bound, the config's own
+    // first (the rank report compares every shape with it); once a shape's bound passes both the top_n-th
+    // best step and the own shape's, neither it nor any later shape can enter the top or pass the own
+    // shape, so those are only confirmed feasible. A shape between the two (its bound past the top, below
+    // the own shape's step) needs only one setting faster than the own shape to be counted ahead of it.
+    // `enough`: a shape that cannot enter the top only has to be placed against the own shape, so its first
+    // valid setting faster than that ends the search (its step then stands for the shape's, which is no
+    // slower; either way it ranks ahead of the own shape and outside the top).
+    auto best_of = [&](Shape& shape, double stop_at, double enough) -> std::optional<Best> {
+      std::optional<Best> best;
+      for (const Candidate& cand : shape.candidates) {
+        if (cand.bound > std::min(stop_at, best ? best->step : stop_at)) break;
+        Best b = cost_of(shape, cand);
+        if (best && !better(b, *best)) continue;
+        if (!valid(shape.layout, cand.setting)) continue;
+        best = b;
+        if (best->step < enough) break;
+      }
+      return best;
+    };
+    std::sort(shapes.begin(), shapes.end(),
+              [](const Shape& x, const Shape& y) { return x.candidates.front().bound < y.candidates.front().bound; });
+    double own_step = inf;
+    for (Shape& shape : shapes)
+      if (is_own(shape))
+        if (auto b = best_of(shape, inf, -inf)) bests.push_back(*b), own_step = b->step;
+    const size_t keep = size_t(std::max(1, top_n));
+    std::priority_queue<double> top_steps;  // the `keep` fastest bests so far, slowest on top
+    for (const Best& b : bests) top_steps.push(b.step);
+    for (Shape& shape : shapes) {
+      if (is_own(shape)) continue;
+      const double cut = top_steps.size() < keep ? inf : top_steps.top();
+      const double stop_at = own_step < inf ? std::max(cut, own_step) : cut;
+      if (shape.candidates.front().bound > stop_at) {
+        for (const Candidate& cand : shape.candidates)
+          if (valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
+        continue;
+      }
+      // Outside the top when even its bound is slower than the top's slowest (then stop_at is the own step).
+      const double enough = shape.candidates.front().bound > cut ? own_step : -inf;
+      if (auto b = best_of(shape, stop_at, enough)) {
+        bests.push_back(*b);
+        top_steps.push(b->step);
+        if (top_steps.size() > keep) top_steps.pop();
+      } else {
+        // Every candidate up to the cut was refused by the validator: the shape counts only if one is valid.
+        for (const Candidate& cand : shape.candidates)
+          if (cand.bound > stop_at && valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
+      }
     }
   }
   res.feasible_meshes = int64_t(bests.size()) + slower_shapes;
+  // Fastest first; equal steps by memory, then by shape, so the order never depends on the path.
   std::sort(bests.begin(), bests.end(), [](const Best& a, const Best& b) {
     if (a.step != b.step) return a.step < b.step;
-    return a.cost.memory.total() < b.cost.memory.total();
+    if (a.cost.memory.total() != b.cost.memory.total()) return a.cost.memory.total() < b.cost.memory.total();
+    const Setting &x = a.setting, &y = b.setting;
+    return std::tie(x.tp, x.cp, x.pp, x.dp, x.ep) < std::tie(y.tp, y.cp, y.pp, y.dp, y.ep);
   });
   // The config's own shape (dp = 0 means the rest of the world), for the near-tie report.
   for (size_t i = 0; i < bests.size(); ++i) {
@@ -283,8 +337,8 @@ SearchResult search(const JobConfig& cfg, int top_n) {
   res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   res.pipeline_tables = model.pipeline().tables();
   res.pipeline_simulations = model.pipeline().simulations();
-  res.pipeline_not_periodic = model.pipeline().not_periodic();
   return res;
 }
 
+}  // namespace detail
 }  // namespace meshrun::planner

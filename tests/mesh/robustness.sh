@@ -99,19 +99,20 @@ expect_plan "llama3-70b --search on 16 GPUs at a 2^30 batch: all skipped, and sa
   '^  no setting left: [0-9]+ settings were skipped, their schedules over the 65536 ' \
   "$llama" --search --set cluster.nodes=2 --set training.global_batch_size=1073741824
 
-# An allocation that still fails (here the 2^20-GPU rank map under a 150 MB cap) is one line naming the sizes,
-# exit 2, not std::terminate's abort. Address-space caps do not apply to sanitizer builds: skipped there.
+# An allocation that still fails (here the rank map of 2^24 GPUs, the limit, under a 100 MB cap: its host
+# names alone are 64 MB, held twice; 2^20 GPUs now plan in less, the JSON being streamed) is one line naming
+# the sizes, exit 2, not std::terminate's abort. Address-space caps do not apply to sanitizer builds: skipped.
 if [ -z "${MESHRUN_SANITIZE:-}" ]; then
-  printf '[cluster]\nnodes = 131072\ngpus_per_node = 8\n[training]\nglobal_batch_size = 1048576\n' > "$tmp/big.toml"
-  (ulimit -v 150000 && exec timeout 20 env -i PATH="$PATH" "$bin" plan --no-site "$tmp/big.toml" --format json) \
+  printf '[cluster]\nnodes = 2097152\ngpus_per_node = 8\n[training]\nglobal_batch_size = 16777216\n' > "$tmp/big.toml"
+  (ulimit -v 100000 && exec timeout 20 env -i PATH="$PATH" "$bin" plan --no-site "$tmp/big.toml" --format json) \
     > "$tmp/out" 2> "$tmp/err"
   rc=$?
   if [ "$rc" -ne 2 ] || [ -s "$tmp/out" ] || [ "$(wc -l < "$tmp/err")" -ne 1 ] ||
-     ! grep -q '^meshrun plan: out of memory (std::bad_alloc) building the plan of 1048576 GPUs (cluster.nodes 131072' "$tmp/err"; then
-    echo "FAIL bad_alloc under a 150 MB cap: rc=$rc stdout=$(wc -c < "$tmp/out")B stderr: $(head -c 600 "$tmp/err")"
+     ! grep -q '^meshrun plan: out of memory (std::bad_alloc) building the plan of 16777216 GPUs (cluster.nodes 2097152' "$tmp/err"; then
+    echo "FAIL bad_alloc under a 100 MB cap: rc=$rc stdout=$(wc -c < "$tmp/out")B stderr: $(head -c 600 "$tmp/err")"
     failures=$((failures + 1))
   else
-    echo "ok   bad_alloc under a 150 MB cap: $(cat "$tmp/err")"
+    echo "ok   bad_alloc under a 100 MB cap: $(cat "$tmp/err")"
   fi
 fi
 

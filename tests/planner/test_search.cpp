@@ -1,4 +1,5 @@
-// search(): validity of what it returns, drop accounting, and where the Table 4 layouts rank.
+// search(): validity of what it returns, drop accounting, where the Table 4 layouts rank, and the same
+// ranking as the exhaustive path.
 #include <catch2/catch.hpp>
 
 #include <set>
@@ -6,6 +7,7 @@
 #include <tuple>
 
 #include "meshrun/config.hpp"
+#include "cost.hpp"  // detail::search (internal): the exhaustive path
 #include "meshrun/planner.hpp"
 #include "reference_models.hpp"
 
@@ -260,4 +262,83 @@ TEST_CASE("huge batches: estimate refuses past the schedule bound, the search sk
   print_search_table(text, none);
   CHECK(text.str().find("no setting left: ") != std::string::npos);
   CHECK(text.str().find("lower training.global_batch_size to search them") != std::string::npos);
+}
+
+namespace {
+// A template as `meshrun plan T.toml --set ...` reads it (no site file).
+JobConfig template_job(const std::string& name, std::vector<std::string> sets = {}) {
+  meshrun::ConfigRequest req;
+  req.template_path = std::string(MESHRUN_SOURCE_DIR) + "/templates/" + name + ".toml";
+  req.use_site = false;
+  req.sets = std::move(sets);
+  return meshrun::build_config(req).job;
+}
+
+// Everything the ranked list shows of one entry, compared exactly: both paths cost a setting with the same
+// functions, so a difference is a different setting or a different (mis)costing, not rounding.
+void require_same(const Estimate& a, const Estimate& b) {
+  REQUIRE(a.layout.tp == b.layout.tp);
+  REQUIRE(a.layout.cp == b.layout.cp);
+  REQUIRE(a.layout.pp == b.layout.pp);
+  REQUIRE(a.layout.dp == b.layout.dp);
+  REQUIRE(a.layout.ep == b.layout.ep);
+  REQUIRE(a.layout.virtual_stages == b.layout.virtual_stages);
+  REQUIRE(a.layout.zero_stage == b.layout.zero_stage);
+  REQUIRE(a.layout.sequence_parallel == b.layout.sequence_parallel);
+  REQUIRE(a.schedule == b.schedule);
+  REQUIRE(a.micro_batch_size == b.micro_batch_size);
+  REQUIRE(a.recompute == b.recompute);
+  REQUIRE(a.step_time_s == b.step_time_s);
+  REQUIRE(a.time.pp_bubble == b.time.pp_bubble);
+  REQUIRE(a.memory.total() == b.memory.total());
+  REQUIRE(a.memory.activations == b.memory.activations);
+  REQUIRE(a.memory_stage == b.memory_stage);
+}
+}  // namespace
+
+TEST_CASE("search: the pruned path ranks exactly as the exhaustive one", "[planner][search][exhaustive]") {
+  // The exhaustive path costs every fitting setting in full (simulated bubble, live slots from the simulated
+  // tables, every setting validated) and ranks every shape; the search simulates only what its bounds
+  // cannot rule out and takes live slots in closed form. Templates of every schedule family, dense and MoE,
+  // 8 to 1,024 GPUs (405B on 128 nodes: its 16,384 GPUs take the exhaustive path minutes).
+  struct Case {
+    const char* name;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Case> cases = {
+      {"llama3-8b", {}},
+      {"llama3-70b", {}},
+      {"llama3-70b", {"parallel.pipeline_schedule=zb", "parallel.virtual_stages=1"}},
+      {"llama3-70b", {"parallel.pipeline_schedule=gpipe", "parallel.virtual_stages=1", "training.global_batch_size=256"}},
+      {"mixtral-8x7b", {}},
+      {"llama3-405b", {"cluster.nodes=128", "cluster.hostlist=", "training.global_batch_size=512"}},
+      {"llama3-405b-128k", {"cluster.nodes=128", "cluster.hostlist=", "training.global_batch_size=32"}},
+  };
+  for (const Case& c : cases) {
+    std::string label = c.name;
+    for (const auto& s : c.sets) label += " " + s;
+    INFO(label);
+    const JobConfig job = template_job(c.name, c.sets);
+    const SearchResult all = detail::search(job, 1 << 30, detail::SearchPath::exhaustive);
+    REQUIRE(all.top.size() > 5);
+    REQUIRE(int64_t(all.top.size()) == all.feasible_meshes);
+    for (int top : {1, 5, 1 << 30}) {
+      INFO("--top " << top);
+      const SearchResult fast = detail::search(job, top, detail::SearchPath::pruned);
+      REQUIRE(fast.top.size() == std::min(all.top.size(), size_t(top)));
+      for (size_t i = 0; i < fast.top.size(); ++i) {
+        INFO("entry " << i + 1);
+        require_same(fast.top[i], all.top[i]);
+      }
+      REQUIRE(fast.config_rank == all.config_rank);
+      REQUIRE(fast.config_gap == all.config_gap);
+      REQUIRE(fast.meshes == all.meshes);
+      REQUIRE(fast.settings == all.settings);
+      REQUIRE(fast.feasible == all.feasible);
+      REQUIRE(fast.feasible_meshes == all.feasible_meshes);
+      REQUIRE(fast.dropped_meshes == all.dropped_meshes);
+      REQUIRE(fast.dropped_settings == all.dropped_settings);
+      if (top == 5) REQUIRE(fast.pipeline_simulations < all.pipeline_simulations);  // it did prune
+    }
+  }
 }

@@ -136,4 +136,13 @@ Timeline simulate_schedule(const ScheduleTable& table, const ScheduleCosts& cost
 // still throws std::invalid_argument).
 Timeline simulate_validated_schedule(const ScheduleTable& table, const ScheduleCosts& costs);
 
+// simulate_validated_schedule's makespan and idle per rank without the rest of the timeline (no per-action
+// times, no live slots): the same event loop, for a caller that only needs the bubble of many costings (the
+// planner's search). Same requirements and exceptions.
+struct ScheduleMakespan {
+  double makespan = 0;
+  std::vector<double> idle;  // per rank: makespan − busy compute time
+};
+ScheduleMakespan simulate_validated_makespan(const ScheduleTable& table, const ScheduleCosts& costs);
+
 }  // namespace meshrun

@@ -91,7 +91,7 @@ Estimate estimate(const JobConfig& cfg);
 // "" or the one line why the planner does not estimate this layout: with pp > 1 the bubble is simulated on
 // the step's full schedule table, and micro-batches × pp·virtual_stages is over kMaxScheduleSlots (mesh's
 // schedule_size_problem(), the bound of `meshrun plan --schedule`). At pp = 1 nothing is simulated (live
-// slots come from short sample tables, pipeline.hpp), so any batch is estimated. The search skips such
+// slots come in closed form, pipeline.hpp), so any batch is estimated. The search skips such
 // settings (Drop::schedule_size) instead of refusing.
 std::string schedule_problem(const JobConfig& cfg, const Layout& layout);
 
@@ -127,9 +127,8 @@ struct SearchResult {
   int64_t config_rank = 0;
   double config_gap = 0;
   double elapsed_s = 0;
-  int64_t pipeline_tables = 0;       // schedule tables generated for the bubble and live activations
+  int64_t pipeline_tables = 0;       // schedule tables generated for simulated bubbles (live slots need none)
   int64_t pipeline_simulations = 0;  // simulations run (the rest came from the cache)
-  int64_t pipeline_not_periodic = 0; // long steps simulated in full because the periodic check failed
 };
 
 // Every valid (tp, cp, pp, dp, ep, virtual stages, micro-batch size, ZeRO stage, recomputation) for the
