@@ -264,7 +264,7 @@ SH
     submit 40 --set training.straggler_interval=10
     victim=$(rank_pid "$id" 3)
     [ -n "$victim" ] || { T scancel "$id"; fail "rank 3 of job $id not found"; }
-    while kill -STOP "$victim" 2>/dev/null; do sleep 0.1; kill -CONT "$victim" 2>/dev/null; sleep 0.1; done
+    while kill -STOP "$victim" 2>/dev/null; do sleep 0.25; kill -CONT "$victim" 2>/dev/null; sleep 0.08; done
     wait_job "$id"
     [ "$(job_state "$id")" = COMPLETED ] || fail "job $id: $(job_state "$id"): $(tail -5 "job-$id.out")"
     grep -qE "^meshrun-train: straggler at steps [0-9]+-[0-9]+: rank 3 on node n2 \(host [^,]*, pp 0 dp 1 tp 1 cp 0\) computes" "job-$id.out" ||
