@@ -139,6 +139,7 @@ int cmd_run(int argc, char** argv) {
     std::fputs(launch::plan_as_comment(r, req.template_path).c_str(), stdout);
     return 0;
   }
+  for (const auto& w : r.warnings) std::fprintf(stderr, "meshrun run: warning: %s\n", meshrun::cut_long_values(w).c_str());
   std::fflush(stdout);
   std::vector<char*> cargv;
   for (auto& s : argv_out) cargv.push_back(s.data());

@@ -138,6 +138,9 @@ int cmd_sbatch(int argc, char** argv) {
       std::fputs(launch::plan_as_comment(r, req.template_path).c_str(), stdout);
       return 0;
     }
+    // The dry run shows them in the plan; a real submission says them on the terminal (TP crossing the
+    // network, TP on PCIe, …), as `meshrun plan` does.
+    for (const auto& w : r.warnings) std::fprintf(stderr, "meshrun sbatch: warning: %s\n", meshrun::cut_long_values(w).c_str());
   } catch (const ConfigError& e) {
     return fail(e.what());
   }

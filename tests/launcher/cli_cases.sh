@@ -133,6 +133,8 @@ case $case_name in
     expect_rc 0
     [ "$(grep -c '^rank=' "$work/out")" = 4 ] || fail "expected 4 ranks"
     for r in 0 1 2 3; do expect_out "rank=$r/4 tp=$((r % 2))"; done
+    # The layout's warnings reach the terminal before the ranks start (as meshrun plan shows them).
+    expect_err "meshrun run: warning: tp=2 runs over PCIe: node type 'generic' has no NVLink"
     ;;
   run-dry-run)
     m -- run "$TINY" --no-site --dry-run --set training.steps=3
