@@ -2,7 +2,7 @@
 // Input byte 0 selects: even = a plugstack line (split at white space into argv), odd = one --mesh-* option
 // (byte 1 picks which) with the rest as its value.
 // Contracts: a refusal is a one-line message; an accepted plugstack line yields values the plugin can use
-// (orders parse, paths are absolute, every given key is a known one); an accepted size is within [1, 2^20]
+// (orders parse, paths are absolute (site, topology_xml, meshrun), every given key is a known one); an accepted size is within [1, 2^20]
 // (dp: 0 = auto), an accepted order parses, accepted --mesh-env pairs have valid names.
 #include <cctype>
 #include <set>
@@ -36,12 +36,13 @@ void plugstack(std::string_view line) {
     return;
   }
   static const std::set<std::string> known{"site", "default_order", "topology_xml", "nccl", "allow_env", "hca",
-                                           "cpu_bind", "socket_ifname"};
+                                           "cpu_bind", "socket_ifname", "meshrun"};
   for (const auto& k : args.given) FUZZ_CHECK(known.count(k), "unknown key accepted: " + k);
   std::string why;
   if (!args.default_order.empty()) FUZZ_CHECK(parse_order(args.default_order, &why), args.default_order);
   if (!args.topology_xml.empty()) FUZZ_CHECK(args.topology_xml[0] == '/', args.topology_xml);
   if (!args.site_file.empty()) FUZZ_CHECK(args.site_file[0] == '/', args.site_file);
+  if (!args.meshrun.empty()) FUZZ_CHECK(args.meshrun[0] == '/', args.meshrun);
   for (const auto& n : args.allow_env) FUZZ_CHECK(!n.empty() && n.find_first_of("=, ") == n.npos, "allow_env " + n);
 }
 
