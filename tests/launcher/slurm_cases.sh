@@ -5,10 +5,10 @@
 set -u
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
 [ -f "$SLURM_CONF" ] || { echo "FAIL: no cluster config at $SLURM_CONF (did the slurm_cluster fixture run?)"; exit 1; }
-# What a user does (README, docs/plugin.md): eval "$(scripts/local-slurm env)", which also keeps Open MPI off
-# its shared-memory transport across fake nodes that share one host.
+# What a user does (README, docs/plugin.md): eval "$(scripts/local-slurm env)", which also puts Open MPI on its
+# UCX PML (its shared-memory and TCP BTLs crash across fake nodes that share one host).
 eval "$("$SRC/scripts/local-slurm" env --dir "$LAB")"
-[ "${OMPI_MCA_btl:-}" = self,tcp ] || { echo "FAIL: local-slurm env does not set OMPI_MCA_btl"; exit 1; }
+[ "${OMPI_MCA_pml:-}" = ucx ] || { echo "FAIL: local-slurm env does not set OMPI_MCA_pml=ucx"; exit 1; }
 # The fake nodes have no real GPUs; exec reads the same node export the plugin is given.
 export MESHRUN_TOPOLOGY_XML=$TOPOLOGY_XML
 unset $(env | grep -o '^SLURM_SPANK[A-Za-z0-9_]*') 2>/dev/null

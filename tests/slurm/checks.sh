@@ -64,7 +64,7 @@ compare() {
 
 
 # meshrun preflight on the allocation's 4 nodes × 2 tasks (tiny: tp 2 × dp 4), each task under meshrun exec (which
-# binds it as the rank map says), over pmix with Open MPI on loopback TCP as `local-slurm env` says.
+# binds it as the rank map says), over pmix with Open MPI as `local-slurm env` configures it (the UCX PML).
 preflight_step() {
   [ -x "${MESHRUN_BIN:-}" ] || { echo "SKIP: meshrun CLI not built"; exit 77; }
   eval "$("$SRC/scripts/local-slurm" env --dir "$LAB")"
@@ -519,8 +519,8 @@ EOS
 
   mpi_pmix)
     [ -x "${MPI_RANK_BIN:-}" ] || fail "MPI test program not built"
-    # Multi-slurmd mode shares one host: keep Open MPI on loopback TCP (see docs/plugin.md).
-    export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+    # Multi-slurmd mode shares one host: Open MPI as `local-slurm env` configures it (see docs/plugin.md).
+    eval "$("$SRC/scripts/local-slurm" env --dir "$LAB")"
     ok=0
     for attempt in 1 2; do  # Open MPI 4.1 on 2 cores flakes now and then; one retry
       out=$(T srun --mpi=pmix -N 2 --ntasks-per-node=2 --mesh-tp=2 "$MPI_RANK_BIN" 2>&1)
