@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "meshrun/resolve.hpp"
+#include "meshrun/site_policy.hpp"
 #include "meshrun/bridges.hpp"
 #include "launch_common.hpp"
 #include "meshrun/geometry.hpp"
@@ -154,26 +156,21 @@ int cmd_plan(int argc, char** argv) {
 #else
   if (search || estimate) return fail("--estimate/--search need the planner, which this build does not include");
 #endif
-  auto layout = resolve_layout(cfg.job.parallel, cluster.gpus(), &problems);
+  // Without a template the layout's rules alone; a template's model gets the bundled trainer's rules too,
+  // unless the flags are for another trainer (--for). The site's [env] policy applies as at submission.
   const bool layout_only = req.template_path.empty();
-  std::vector<std::string> checks;
-  if (layout && problems.empty()) {
-    auto more = validate(cfg.job, *layout, cluster, &checks);
-    for (auto& p : more)
-      if (!layout_only || is_layout_rule(p.check)) problems.push_back(std::move(p));
-    if (layout_only) std::erase_if(checks, [](const std::string& c) { return !is_layout_rule(c); });
-    // A template's model is the one meshrun-train trains: its rules too, unless the flags are for another
-    // trainer (--for).
-    if (!layout_only && !framework)
-      for (auto& p : validate_trainer(cfg.job, *layout, &checks)) problems.push_back(std::move(p));
-  }
-  if (!problems.empty()) {
+  const RuleSet rules = layout_only ? RuleSet::layout : framework ? RuleSet::model : RuleSet::trainer;
+  const EnvPolicy policy = env_inputs(cfg).policy;
+  Resolution res = resolve_job(cfg, {rules, 0, &policy});
+  if (!res.ok()) {
     std::string where = req.template_path.empty() ? "" : " (" + req.template_path + ")";
-    for (const auto& p : problems)
+    for (const auto& p : res.problems)
       std::fprintf(stderr, "meshrun plan: invalid layout%s: %s\n", cut_long_values(where).c_str(),
                    cut_long_values(p.message).c_str());
     return 2;
   }
+  const std::optional<Layout>& layout = res.layout;
+  const std::vector<std::string>& checks = res.checks;
 
   if (framework) {  // the flags alone, one shell-quoted line
     std::optional<BatchGeometry> geometry;
@@ -214,7 +211,7 @@ int cmd_plan(int argc, char** argv) {
     }
 
     RankMap map(*layout, cluster);
-    std::vector<std::string> warnings = layout_warnings(cfg.job, *layout, cluster);
+    std::vector<std::string> warnings = res.warnings;
     const int network = static_cast<int>(Link::network);
     if (GroupSummary tp = cli::summarize_group_streamed(map, GroupKind::tp); tp.by_link[network] > 0)
       warnings.push_back(std::to_string(tp.by_link[network]) + " of " + std::to_string(tp.count) +
@@ -226,7 +223,7 @@ int cmd_plan(int argc, char** argv) {
                            std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
     }
 
-    cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, layout_only, {}, {}};
+    cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, rules, {}, {}};
     // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.
     NodeTopology node_topo;
     if (!topology_xml.empty()) {

@@ -19,6 +19,7 @@
 
 #include "commands.hpp"
 #include "config_flags.hpp"
+#include "meshrun/resolve.hpp"
 #include "meshrun/bounded_file.hpp"
 #include "meshrun/config.hpp"
 #include "meshrun/layout.hpp"
@@ -263,16 +264,10 @@ int cmd_plot(int argc, char** argv) {
     req.environment = &env;
     try {
       Config cfg = build_config(req);
-      std::vector<Problem> problems;
-      Cluster cluster = resolve_cluster(cfg.job.cluster, &problems);
-      auto layout = resolve_layout(cfg.job.parallel, cluster.gpus(), &problems);
-      if (layout && problems.empty()) {
-        std::vector<std::string> checks;
-        for (auto& p : validate(cfg.job, *layout, cluster, &checks)) problems.push_back(std::move(p));
-      }
-      if (!problems.empty())
-        return fail("--template " + req.template_path + ": invalid layout: " + problems.front().message);
-      if (std::string why = planner::schedule_problem(cfg.job, *layout); !why.empty())
+      // The planner estimates any program's step: the model's rules, not the bundled trainer's.
+      const Resolution res = resolve_job(cfg, {RuleSet::model});
+      if (!res.ok()) return fail("--template " + req.template_path + ": invalid layout: " + res.problems.front().message);
+      if (std::string why = planner::schedule_problem(cfg.job, *res.layout); !why.empty())
         return fail("--template " + req.template_path + ": " + why);
       const planner::Estimate est = planner::estimate(cfg.job);
       const int gpus = est.layout.tp * est.layout.cp * est.layout.pp * est.layout.dp;

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "config_flags.hpp"
+#include "meshrun/resolve.hpp"
 #include "meshrun/site_policy.hpp"
 #include "plan_render.hpp"
 
@@ -118,28 +119,24 @@ bool is_trainer_command(const std::vector<std::string>& command) {
 }
 
 Resolved resolve(const Config& cfg, bool trainer_job) {
+  // A job of meshrun-train gets its rules, as the trainer will check them; the job's [env] is checked against
+  // the site's policy before anything is submitted or started.
+  const EnvPolicy policy = env_inputs(cfg).policy;
+  Resolution res = resolve_job(cfg, {trainer_job ? RuleSet::trainer : RuleSet::model, 0, &policy});
+  if (!res.ok()) fail(cfg, res.problems);
   Resolved r;
   r.cfg = cfg;
-  std::vector<Problem> problems;
-  r.cluster = resolve_cluster(cfg.job.cluster, &problems);
-  if (!problems.empty()) fail(cfg, problems);
-  auto layout = resolve_layout(cfg.job.parallel, r.cluster.gpus(), &problems);
-  if (!layout) fail(cfg, problems);
-  r.layout = *layout;
-  problems = validate(cfg.job, r.layout, r.cluster, &r.checks);
-  // A job of meshrun-train: its rules, as the trainer will check them.
-  if (trainer_job)
-    for (auto& p : validate_trainer(cfg.job, r.layout, &r.checks)) problems.push_back(std::move(p));
-  // The job's [env] against the site's policy, before anything is submitted or started.
-  for (auto& p : check_job_env(cfg, env_inputs(cfg).policy)) problems.push_back(std::move(p));
-  if (!problems.empty()) fail(cfg, problems);
-  r.warnings = layout_warnings(cfg.job, r.layout, r.cluster);
+  r.cluster = std::move(res.cluster);
+  r.layout = *res.layout;
+  r.rules = res.rules;
+  r.checks = std::move(res.checks);
+  r.warnings = std::move(res.warnings);
   return r;
 }
 
 std::string plan_as_comment(const Resolved& r, const std::string& template_path) {
   RankMap map(r.layout, r.cluster);
-  cli::PlanView view{r.cfg, map, template_path, r.checks, r.warnings, false, false, {}, {}};
+  cli::PlanView view{r.cfg, map, template_path, r.checks, r.warnings, false, r.rules, {}, {}};
   std::ostringstream table;
   cli::render_plan_table(table, view);
   std::istringstream lines(table.str());

@@ -42,6 +42,7 @@ struct Resolved {
   Config cfg;
   Cluster cluster;
   Layout layout;
+  RuleSet rules = RuleSet::trainer;   // the rule set applied
   std::vector<std::string> checks;    // checks run (all passed)
   std::vector<std::string> warnings;
 };

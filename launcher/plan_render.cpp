@@ -106,7 +106,7 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
   o << "world     " << map.world() << " ranks = " << c.nodes << " nodes × " << c.gpus_per_node << " GPUs ("
     << c.type.name << ", NVLink domain " << c.nvlink_domain_gpus << " GPU" << (c.nvlink_domain_gpus == 1 ? "" : "s")
     << ")\n";
-  if (v.layout_only) {
+  if (v.rules == RuleSet::layout) {
     o << "pipeline  " << l.pp << " stage" << (l.pp == 1 ? "" : "s") << " × " << l.virtual_stages << " chunk"
       << (l.virtual_stages == 1 ? "" : "s") << "\n";
     o << "model     none: no template, so only the layout's rules were checked (give TEMPLATE.toml for the model's and the batch's)\n";
@@ -124,7 +124,7 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
   for (const auto& sv : shown_values(v.config, l))
     o << "  " << pad(sv.key, 28) << pad(sv.value, 22) << " " << sv.source << "\n";
 
-  o << "\nchecks passed (" << v.checks.size() << (v.layout_only ? ", the layout's rules only" : "") << "):";
+  o << "\nchecks passed (" << v.checks.size() << ", rules " << rule_set_name(v.rules) << "):";
   for (size_t i = 0; i < v.checks.size(); ++i) o << (i ? ", " : " ") << v.checks[i];
   o << "\n";
 
@@ -220,8 +220,8 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v, const std::function
   j.key("checks").begin_array();
   for (const auto& ch : v.checks) j.value(ch);
   j.end_array();
-  j.field("rules", v.layout_only ? "layout" : "layout+model+trainer");  // which checks applied: no template, the layout's only
-  if (auto layers = chunk_layers(v.config.job.model.layers, l.pp * l.virtual_stages); layers && !v.layout_only)
+  j.field("rules", rule_set_name(v.rules));  // which rule set applied (layout.hpp RuleSet)
+  if (auto layers = chunk_layers(v.config.job.model.layers, l.pp * l.virtual_stages); layers && v.rules != RuleSet::layout)
     j.key("chunk_layers").int_array(*layers);
 
   // A row per rank and a list per group: a million of each at the largest sizes, so each is written as one

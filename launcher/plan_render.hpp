@@ -20,7 +20,7 @@ struct PlanView {
   std::vector<std::string> checks;    // checks performed (all passed)
   std::vector<std::string> warnings;
   bool all_nodes = false;             // print every node instead of a summary
-  bool layout_only = false;           // no template: no model or batch; only the layout's rules were checked
+  RuleSet rules = RuleSet::trainer;   // the rules applied; RuleSet::layout: no template, so no model or batch
   // Optional extra per-rank columns (e.g. NIC and CPU set from a node topology): header names and a
   // function giving the cells of one local rank.
   std::vector<std::string> extra_columns;

@@ -12,6 +12,9 @@ std::string render_dry_run(const StepPlan& plan, int max_nodes) {
   auto s = [](int v) { return std::to_string(v); };
   out += "meshrun dry run: " + s(map.world()) + " ranks on " + s(plan.cluster.nodes) + " nodes × " +
          s(plan.cluster.gpus_per_node) + " tasks, order " + l.order.str() + "\n";
+  out += std::string("  rules: ") + rule_set_name(plan.rules) +
+         (plan.rules == RuleSet::layout ? " (no --mesh-template: no model to check)\n"
+                                        : " (the template's model, as meshrun-train checks it)\n");
   for (const char* key : {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.dp", "parallel.ep", "parallel.order"})
     out += "  " + std::string(key) + " = " + value_text(plan.config.job, key) + "  (" +
            plan.config.origin_of(key).str() + ")\n";

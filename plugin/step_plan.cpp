@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "meshrun/resolve.hpp"
 #include "meshrun/bounded_file.hpp"
 #include "meshrun/hostlist.hpp"
 #include "meshrun/limits.hpp"
@@ -107,25 +108,18 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
                                                std::to_string(limits::kWorld) + " ranks)"});
     return plan;
   }
-  std::vector<Problem> found;
-  plan.cluster = resolve_cluster(plan.config.job.cluster, &found);
-  plan.layout = resolve_layout(plan.config.job.parallel, shape.tasks, &found);
-  bool full = opts.template_file.has_value();
-  if (plan.layout) {
-    auto checks = validate(plan.config.job, *plan.layout, plan.cluster);
-    found.insert(found.end(), checks.begin(), checks.end());
-    if (full) {  // the template's model is meshrun-train's: what the plugin accepts, the trainer runs
-      auto trainer = validate_trainer(plan.config.job, *plan.layout);
-      found.insert(found.end(), trainer.begin(), trainer.end());
-    }
-  }
-  for (auto& p : found) {
-    if (!full && !is_layout_rule(p.check)) continue;
+  // The template's model is meshrun-train's: what the plugin accepts, the trainer runs. Without a template,
+  // the layout's rules alone. The [env] policy was checked above, before the job shape is known.
+  const bool full = opts.template_file.has_value();
+  Resolution res = resolve_job(plan.config, {full ? RuleSet::trainer : RuleSet::layout, shape.tasks, nullptr});
+  plan.rules = res.rules;
+  plan.cluster = std::move(res.cluster);
+  plan.layout = std::move(res.layout);
+  for (auto& p : res.problems) {
     if (p.check == "world-size") p.message = world_message(plan.config.job.parallel, plan.layout, shape);
     plan.problems.push_back(std::move(p));
   }
-  if (plan.problems.empty() && plan.layout && full)
-    plan.warnings = layout_warnings(plan.config.job, *plan.layout, plan.cluster);
+  plan.warnings = std::move(res.warnings);
   if (!plan.problems.empty()) plan.layout.reset();
   return plan;
 }

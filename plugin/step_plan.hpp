@@ -28,6 +28,7 @@ struct StepPlan {
   Cluster cluster;
   std::vector<Problem> problems;   // empty = valid
   std::vector<std::string> warnings;
+  RuleSet rules = RuleSet::layout;  // the rule set applied (a template adds the model's and the trainer's)
   std::string error_text() const;  // problems, one line each, prefixed "meshrun: "
 };
 

@@ -5,7 +5,6 @@
 #include "meshrun/geometry.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/schedule.hpp"
-#include "meshrun/task_env.hpp"
 
 namespace meshrun {
 namespace {
@@ -147,19 +146,6 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
     if (!why.empty()) p.push_back({id, why});
   }
   return p;
-}
-
-std::vector<std::string> layout_warnings(const JobConfig& cfg, const Layout& l, const Cluster& cluster) {
-  std::vector<std::string> w;
-  if (l.sequence_parallel && l.tp == 1)
-    w.push_back("parallel.sequence_parallel has no effect with tp = 1");
-  if (cluster.nvlink_domain_gpus <= 1 && l.tp > 1)
-    w.push_back("tp=" + s(l.tp) + " runs over PCIe: node type '" + cluster.type.name +
-                "' has no NVLink; expect TP all-reduces to dominate");
-  if (cfg.site.hca_scope == "rank") w.push_back(hca_rank_warning());
-  if (cfg.model.experts > 0 && l.ep == 1)
-    w.push_back("MoE model with ep = 1: every rank holds all " + s(cfg.model.experts) + " experts");
-  return w;
 }
 
 }  // namespace meshrun

@@ -9,6 +9,7 @@
 #include "fuzz_common.hpp"
 #include "meshrun/config.hpp"
 #include "meshrun/layout.hpp"
+#include "meshrun/resolve.hpp"
 #include "meshrun/rank_map.hpp"
 
 using namespace meshrun;

@@ -104,7 +104,17 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& layout
                                       std::vector<std::string>* checks_run = nullptr);
 bool is_trainer_rule(std::string_view name);
 
-// Non-fatal observations (e.g. TP on PCIe, EP crossing the network).
-std::vector<std::string> layout_warnings(const JobConfig& cfg, const Layout& layout, const Cluster& cluster);
+// Which rules a job is held to. Any program's job: the layout's (is_layout_rule). A template's: also its model's
+// and batch's (the rest of validate). A job of meshrun-train (a template it trains, or `meshrun run`/`sbatch` of
+// meshrun-train): also the bundled trainer's (validate_trainer). Outputs name the set (rule_set_name).
+enum class RuleSet { layout, model, trainer };
+const char* rule_set_name(RuleSet set);  // "layout", "layout+model", "layout+model+trainer"
+
+// The rules of `set` for a resolved layout and cluster, each written once (validate, validate_trainer):
+// what resolve_job (resolve.hpp) applies for the dry run, the launcher and the plugin, and meshrun-train and
+// the single-process trainer apply to themselves. `checks_run` receives the name of every check of the set.
+std::vector<Problem> check_rules(const JobConfig& cfg, const Layout& layout, const Cluster& cluster, RuleSet set,
+                                 std::vector<std::string>* checks_run = nullptr);
+
 
 }  // namespace meshrun

@@ -579,15 +579,6 @@ int run(int argc, char** argv, int rank, int world) {
     }
     collective_check(why, rank, world);
   }
-  // On CPU the "cluster" is whatever MPI gives: one shared-memory node holding every rank.
-  ClusterSpec spec;
-  spec.nodes = 1;
-  spec.gpus_per_node = world;
-  spec.nvlink_domain_gpus = world;
-  spec.node_type = "generic";
-  const Cluster cluster = resolve_cluster(spec, &problems);
-  problems = validate(cfg, *layout, cluster);
-  if (!problems.empty()) throw InputError(problems.front().message);
   if (const std::string why = check_train_setup(cfg, *layout); !why.empty()) throw InputError(why);
   if (cfg.training.device == "cuda") throw InputError(cuda_refusal(cfg.training));
   try {

@@ -20,26 +20,17 @@ double lr_at(const TrainingSpec& t, int s) {
 }
 
 std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
-  const auto& t = cfg.training;
-  const auto& m = cfg.model;
-  // mesh's bundled-trainer rules first: the dry run, the launcher and the plugin check the same ones.
-  if (const auto problems = validate_trainer(cfg, layout); !problems.empty()) return problems.front().message;
-  if (layout.ep > 1 && m.experts == 0) return "parallel.ep = " + std::to_string(layout.ep) + " needs a mixture-of-experts model; set model.experts or parallel.ep = 1";
-  if (m.experts > 0 && m.experts % layout.ep != 0)
-    return "model.experts = " + std::to_string(m.experts) + " cannot be split evenly over parallel.ep = " + std::to_string(layout.ep) + "; choose ep dividing the experts";
-  if (m.experts > 0 && (m.top_k < 1 || m.top_k > m.experts))
-    return "model.top_k = " + std::to_string(m.top_k) + " must be between 1 and model.experts = " + std::to_string(m.experts) + "; lower model.top_k";
-
-  if (t.dtype != "fp32" && t.dtype != "fp64" && t.dtype != "bf16")
-    return "training.dtype = \"" + t.dtype + "\": the CPU trainer computes in \"fp32\", \"fp64\" or \"bf16\" (bf16 weights and activations, fp32 for the rest)";
-  if (t.steps < 0) return "training.steps must be >= 0";
-  std::string why;
-  const auto geometry = batch_geometry(t, layout, &why);
-  if (!geometry) return why;
-  if (!chunk_layers(m.layers, layout.pp * layout.virtual_stages))
-    return "model.layers = " + std::to_string(m.layers) + " cannot be split into pp·virtual_stages = " +
-           std::to_string(layout.pp * layout.virtual_stages) + " pipeline chunks; change pp or virtual_stages";
-  return check_schedule_spec(schedule_spec(cfg, layout, *geometry));
+  // Every rule of a meshrun-train job, each written once in mesh: the dry run, the launcher and the plugin hold a
+  // template's job to the same set. On CPU the "cluster" is what MPI gives: one shared-memory node of every rank.
+  ClusterSpec spec;
+  spec.nodes = 1;
+  spec.gpus_per_node = static_cast<int>(layout.world());
+  spec.nvlink_domain_gpus = spec.gpus_per_node;
+  spec.node_type = "generic";
+  std::vector<Problem> problems;
+  const Cluster cluster = resolve_cluster(spec, &problems);
+  if (problems.empty()) problems = check_rules(cfg, layout, cluster, RuleSet::trainer);
+  return problems.empty() ? std::string() : problems.front().message;
 }
 
 ScheduleSpec schedule_spec(const JobConfig& cfg, const Layout& layout, const BatchGeometry& geometry) {

@@ -53,7 +53,8 @@ inline double loss_normalizer(const TrainingSpec& t) {
   return 1.0 / (static_cast<double>(t.global_batch_size) * static_cast<double>(t.seq_len));
 }
 
-// Checks the training setup against the layout; returns one "<problem>; <fix>" line or "" if usable.
+// Every rule of a meshrun-train job (mesh check_rules, RuleSet::trainer) against the layout, on one node of
+// layout.world() ranks: one "<problem>; <fix>" line, or "" if the job is valid.
 std::string check_train_setup(const JobConfig& cfg, const Layout& layout);
 
 // The pipeline schedule of a setup (pp = 1 runs the same table machinery with one stage).
