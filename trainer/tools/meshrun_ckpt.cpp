@@ -8,6 +8,7 @@
 #include "meshrun/bounded_file.hpp"
 
 #include "meshrun/train/checkpoint/checkpoint.hpp"
+#include "meshrun/train/checkpoint/hf_model.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
 #include "meshrun/version.hpp"
 
@@ -16,6 +17,9 @@ namespace {
 const char* kUsage =
     "usage: meshrun-ckpt inspect PATH [--verify]     step, layout, shards and tensors of a checkpoint\n"
     "       meshrun-ckpt export PATH OUT.safetensors  one Hugging Face safetensors file of the parameters\n"
+    "       meshrun-ckpt export PATH OUTDIR [--max-shard-size SIZE]\n"
+    "                                                 a Hugging Face model directory (config.json, model.safetensors\n"
+    "                                                 or shards of at most SIZE, default 5GB, + index, generation_config.json)\n"
     "  PATH: a checkpoint (DIR/step-N) or a checkpoint.dir (its `latest` is used).\n"
     "  --verify reads every shard piece and checks sizes, headers and hashes.\n";
 
@@ -49,6 +53,41 @@ int inspect(const std::string& arg, bool verify) {
   return 0;
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// export PATH OUT.safetensors | export PATH OUTDIR [--max-shard-size SIZE]
+int export_command(int argc, char** argv) {
+  using namespace meshrun::train;
+  const std::string out = argv[3];
+  std::uint64_t max_shard = kHfDefaultShardBytes;
+  bool shard_flag = false;
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--max-shard-size" && i + 1 < argc) max_shard = parse_shard_size(argv[++i]), shard_flag = true;
+    else if (a.rfind("--max-shard-size=", 0) == 0) max_shard = parse_shard_size(a.substr(17)), shard_flag = true;
+    else throw CheckpointError("unexpected argument " + a + "; usage: meshrun-ckpt export PATH OUTDIR [--max-shard-size SIZE]");
+  }
+  const std::string path = resolve(argv[2]);
+  if (ends_with(out, ".safetensors")) {
+    if (shard_flag)
+      throw CheckpointError("--max-shard-size applies to the directory form; give an OUTDIR instead of " + out);
+    const std::int64_t n = export_checkpoint(path, out);
+    std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", shown(out).c_str(), static_cast<long long>(n), shown(path).c_str());
+    return 0;
+  }
+  const HfExport r = export_hf_directory(path, out, max_shard);
+  std::string files;
+  for (const std::string& f : r.files) files += (files.empty() ? "" : ", ") + f;
+  std::printf("meshrun-ckpt: wrote the Hugging Face model directory %s (%lld bytes, %d weight file%s) from %s: %s\n",
+              shown(out).c_str(), static_cast<long long>(r.bytes), r.shards, r.shards == 1 ? "" : "s", shown(path).c_str(),
+              shown(files).c_str());
+  if (r.tokenizer_files.empty())
+    std::printf("meshrun-ckpt: tokenizer files: not yet (the run's byte-level tokenizer has none; token ids are bytes 0-255)\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,13 +106,7 @@ int main(int argc, char** argv) {
     }
     if (argc >= 3 && !std::strcmp(argv[1], "inspect") && (argc == 3 || (argc == 4 && !std::strcmp(argv[3], "--verify"))))
       return inspect(argv[2], argc == 4);
-    if (argc == 4 && !std::strcmp(argv[1], "export")) {
-      const std::string path = resolve(argv[2]);
-      const std::int64_t n = meshrun::train::export_checkpoint(path, argv[3]);
-      std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", shown(argv[3]).c_str(), static_cast<long long>(n),
-                  shown(path).c_str());
-      return 0;
-    }
+    if (argc >= 4 && !std::strcmp(argv[1], "export")) return export_command(argc, argv);
     std::fputs(kUsage, stderr);
     return 2;
   } catch (const std::bad_alloc&) {
