@@ -69,6 +69,8 @@ std::vector<T> read_global_tensor(const std::string& path, const std::string& na
   return out;
 }
 
+ModelSpec checkpoint_model(const std::string& path, int* seq_len) { return manifest_model(read_manifest(path), seq_len); }
+
 std::int64_t verify_checkpoint(const std::string& path) {
   const Manifest m = read_manifest(path);  // every structural check, exact coverage included
   std::int64_t n = 0;

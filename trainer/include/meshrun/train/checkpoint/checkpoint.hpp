@@ -136,6 +136,10 @@ std::string status_file_path(const std::string& dir);
 template <class T>
 std::vector<T> read_global_tensor(const std::string& path, const std::string& name, const std::string& kind);
 
+// The model a checkpoint holds (its manifest's "model" section) and, when seq_len is not null, the
+// training.seq_len it was trained at.
+ModelSpec checkpoint_model(const std::string& path, int* seq_len = nullptr);
+
 // Reads every piece of every shard (file size, header, dtype, shape, hash) and checks that every element of
 // every tensor and moment is held once; returns the number of pieces. CheckpointError naming file and tensor.
 std::int64_t verify_checkpoint(const std::string& path);
