@@ -9,7 +9,8 @@
 #    sharded directory loads (PyTorch and meshrun-train) to the same loss;
 #  - negatives: a changed rms_norm_eps makes the PyTorch loss differ and is refused by meshrun-train naming
 #    the field, as is a changed rope_theta; rope_scaling, a disagreeing num_key_value_heads, a missing tensor, a bad --max-shard-size and
-#    a non-empty OUTDIR are each refused in one line, exit 2.
+#    a non-empty OUTDIR are each refused in one line, exit 2;
+#  - meshrun-ckpt sample on both checkpoints: --ids, seeds, top-p, bad arguments.
 # usage: hf_export.sh MESHRUN_TRAIN MESHRUN_TOKENIZE MESHRUN_CKPT MPIRUN TEMPLATES_DIR
 set -u
 TRAIN=$1 TOKENIZE=$2 CKPT=$3 MPIRUN=$4 TEMPLATES=$5
@@ -144,4 +145,35 @@ expect 2 "exists and is not an empty directory" "export into a non-empty directo
 [[ ! -e $DIR/x && ! -e $DIR/x.tmp ]] && pass "no partial directory left behind" || bad "a partial export directory was left"
 expect 2 "applies to the directory form" "--max-shard-size with OUT.safetensors is refused" -- \
   "$CKPT" export "$DIR/tiny-ck" "$DIR/y.safetensors" --max-shard-size 1MB
+
+# meshrun-ckpt sample (issue 28 item 5) on the checkpoints above: greedy output, --ids, seed determinism, top-p
+# near 0 = greedy, the MoE model, bad arguments refused in one line (exit 2). The greedy = full-forward argmax
+# equality is trainer_generate's (test_generate.cpp).
+S=("$CKPT" sample "$DIR/tiny-ck" --prompt "The license ")
+expect 0 "ids:" "sample --temperature 0 --ids" -- "${S[@]}" --max-new-tokens 20 --temperature 0 --ids
+[[ $(grep '^ids:' "$DIR/out" | wc -w) -eq 21 ]] && pass "20 new token ids printed" || bad "ids line: $(grep '^ids:' "$DIR/out")"
+grep -q '^The license ' "$DIR/out" && pass "the output starts with the prompt" || bad "no prompt echoed"
+"${S[@]}" --max-new-tokens 30 --temperature 1 --seed 4 --ids >"$DIR/s4a" 2>/dev/null
+"${S[@]}" --max-new-tokens 30 --temperature 1 --seed 4 --ids >"$DIR/s4b" 2>/dev/null
+"${S[@]}" --max-new-tokens 30 --temperature 1 --seed 5 --ids >"$DIR/s5" 2>/dev/null
+[[ -s $DIR/s4a ]] && cmp -s "$DIR/s4a" "$DIR/s4b" && pass "--seed 4 twice: the same 30 tokens" || bad "--seed 4 is not reproducible"
+! cmp -s "$DIR/s4a" "$DIR/s5" && pass "--seed 5 draws other tokens than --seed 4" || bad "seeds 4 and 5 gave the same output"
+"${S[@]}" --max-new-tokens 30 --temperature 0 --ids >"$DIR/greedy" 2>/dev/null
+"${S[@]}" --max-new-tokens 30 --temperature 1 --top-p 1e-9 --seed 4 --ids >"$DIR/nucleus" 2>/dev/null
+[[ -s $DIR/greedy ]] && cmp -s "$DIR/greedy" "$DIR/nucleus" && pass "--top-p 1e-9 (the top token alone) = greedy" || bad "top-p 1e-9 differs from greedy"
+expect 0 "ids:" "sample from the MoE checkpoint" -- "$CKPT" sample "$DIR/tiny-moe-ck" --prompt "The " --max-new-tokens 10 --seed 2 --ids
+sample_refused() {  # sample_refused DESCRIPTION PATTERN ARGS...
+  local what=$1 pattern=$2; shift 2
+  expect 2 "$pattern" "$what" -- "$CKPT" sample "$DIR/tiny-ck" "$@"
+  [[ $(wc -l <"$DIR/out") -eq 1 ]] || bad "$what: not one line"
+}
+sample_refused "sample without --prompt" "sample needs --prompt" --max-new-tokens 3
+sample_refused "sample --top-p 0" "--top-p must be in (0, 1]" --prompt x --top-p 0
+sample_refused "sample --top-p 1.5" "--top-p must be in (0, 1]" --prompt x --top-p 1.5
+sample_refused "sample --temperature -1" "--temperature must be a finite number >= 0" --prompt x --temperature -1
+sample_refused "sample --max-new-tokens 0" "--max-new-tokens must be at least 1" --prompt x --max-new-tokens 0
+sample_refused "sample --seed -3" "--seed -3 is not a number" --prompt x --seed -3
+sample_refused "sample --temperature abc" "--temperature abc is not a number" --prompt x --temperature abc
+sample_refused "sample with an empty prompt" "the prompt is empty" --prompt ""
+sample_refused "sample with an unknown flag" "unexpected argument --beam" --prompt x --beam 4
 exit $fail
