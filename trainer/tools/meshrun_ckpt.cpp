@@ -4,11 +4,15 @@
 #include <filesystem>
 #include <new>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "meshrun/bounded_file.hpp"
 
 #include "meshrun/train/checkpoint/checkpoint.hpp"
+#include "meshrun/train/checkpoint/hf_model.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
+#include "meshrun/train/run/generate.hpp"
 #include "meshrun/version.hpp"
 
 namespace {
@@ -16,6 +20,13 @@ namespace {
 const char* kUsage =
     "usage: meshrun-ckpt inspect PATH [--verify]     step, layout, shards and tensors of a checkpoint\n"
     "       meshrun-ckpt export PATH OUT.safetensors  one Hugging Face safetensors file of the parameters\n"
+    "       meshrun-ckpt export PATH OUTDIR [--max-shard-size SIZE]\n"
+    "                                                 a Hugging Face model directory (config.json, model.safetensors\n"
+    "                                                 or shards of at most SIZE, default 5GB, + index, generation_config.json)\n"
+    "       meshrun-ckpt sample PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--ids]\n"
+    "                                                 generate from the checkpoint's model (world 1, KV cache; CUDA when\n"
+    "                                                 a device is visible, else CPU); defaults N 64, T 1 (0: greedy), P 1, S 0;\n"
+    "                                                 byte-level prompt encoding; --ids also prints the new token ids\n"
     "  PATH: a checkpoint (DIR/step-N) or a checkpoint.dir (its `latest` is used).\n"
     "  --verify reads every shard piece and checks sizes, headers and hashes.\n";
 
@@ -49,6 +60,148 @@ int inspect(const std::string& arg, bool verify) {
   return 0;
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// export PATH OUT.safetensors | export PATH OUTDIR [--max-shard-size SIZE]
+int export_command(int argc, char** argv) {
+  using namespace meshrun::train;
+  const std::string out = argv[3];
+  std::uint64_t max_shard = kHfDefaultShardBytes;
+  bool shard_flag = false;
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--max-shard-size" && i + 1 < argc) max_shard = parse_shard_size(argv[++i]), shard_flag = true;
+    else if (a.rfind("--max-shard-size=", 0) == 0) max_shard = parse_shard_size(a.substr(17)), shard_flag = true;
+    else throw CheckpointError("unexpected argument " + a + "; usage: meshrun-ckpt export PATH OUTDIR [--max-shard-size SIZE]");
+  }
+  const std::string path = resolve(argv[2]);
+  if (ends_with(out, ".safetensors")) {
+    if (shard_flag)
+      throw CheckpointError("--max-shard-size applies to the directory form; give an OUTDIR instead of " + out);
+    const std::int64_t n = export_checkpoint(path, out);
+    std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", shown(out).c_str(), static_cast<long long>(n), shown(path).c_str());
+    return 0;
+  }
+  const HfExport r = export_hf_directory(path, out, max_shard);
+  std::string files;
+  for (const std::string& f : r.files) files += (files.empty() ? "" : ", ") + f;
+  std::printf("meshrun-ckpt: wrote the Hugging Face model directory %s (%lld bytes, %d weight file%s) from %s: %s\n",
+              shown(out).c_str(), static_cast<long long>(r.bytes), r.shards, r.shards == 1 ? "" : "s", shown(path).c_str(),
+              shown(files).c_str());
+  if (r.tokenizer_files.empty())
+    std::printf("meshrun-ckpt: tokenizer files: not yet (the run's byte-level tokenizer has none; token ids are bytes 0-255)\n");
+  return 0;
+}
+
+// The prompt's token ids. The runs meshrun-ckpt reads use the byte-level tokenizer (meshrun-tokenize: each
+// UTF-8 byte is one id, 0-255); a run's tokenizer file replaces these two functions once data.tokenizer exists.
+std::vector<std::int32_t> encode_prompt(const std::string& text, std::int64_t vocab) {
+  if (vocab < 256)
+    throw meshrun::train::CheckpointError("the model's vocabulary has " + std::to_string(vocab) +
+                                          " tokens, fewer than the byte-level tokenizer's 256; it cannot encode a prompt");
+  std::vector<std::int32_t> ids;
+  for (unsigned char c : text) ids.push_back(c);
+  return ids;
+}
+// The bytes of ids 0-255; another id (a vocabulary larger than the byte-level one) is shown as <id>.
+std::string decode_tokens(const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (std::int32_t t : ids) out += t < 256 ? std::string(1, static_cast<char>(t)) : "<" + std::to_string(t) + ">";
+  return out;
+}
+
+// Generated text on a terminal: newlines and tabs as they are, other control bytes escaped (\xNN).
+std::string terminal_safe(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f)) {
+      out += static_cast<char>(c);
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
+// A number option's value, the whole text, or one line naming the option.
+template <class V>
+V option_value(const std::string& flag, const std::string& text) {
+  std::size_t used = 0;
+  V v{};
+  try {
+    if constexpr (std::is_same_v<V, double>) v = std::stod(text, &used);
+    else if constexpr (std::is_same_v<V, std::uint64_t>) v = text.empty() || text[0] == '-' ? throw std::invalid_argument("") : std::stoull(text, &used);
+    else v = static_cast<V>(std::stoi(text, &used));
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty())
+    throw meshrun::train::CheckpointError(flag + " " + shown(text) + " is not a number; see meshrun-ckpt --help");
+  return v;
+}
+
+// sample PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--ids]
+int sample_command(int argc, char** argv) {
+  using namespace meshrun::train;
+  namespace dev = meshrun::device;
+  SampleOptions o;
+  std::string prompt;
+  bool have_prompt = false, print_ids = false;
+  for (int i = 3; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw CheckpointError(a + " needs a value; see meshrun-ckpt --help");
+      return argv[++i];
+    };
+    if (a == "--prompt") prompt = value(), have_prompt = true;
+    else if (a == "--max-new-tokens") o.max_new_tokens = option_value<int>(a, value());
+    else if (a == "--temperature") o.temperature = option_value<double>(a, value());
+    else if (a == "--top-p") o.top_p = option_value<double>(a, value());
+    else if (a == "--seed") o.seed = option_value<std::uint64_t>(a, value());
+    else if (a == "--ids") print_ids = true;
+    else throw CheckpointError("unexpected argument " + shown(a) + "; usage: meshrun-ckpt sample PATH --prompt TEXT [--max-new-tokens N] "
+                               "[--temperature T] [--top-p P] [--seed S] [--ids]");
+  }
+  if (!have_prompt) throw CheckpointError("sample needs --prompt TEXT");
+  const std::string path = resolve(argv[2]);
+  const meshrun::ModelSpec model = checkpoint_model(path);
+  const std::vector<std::int32_t> ids = encode_prompt(prompt, model.vocab);
+  if (const std::string why = check_sample_options(o, ids.size()); !why.empty()) throw CheckpointError(why);
+  // The CUDA backend where this build has it and a device is visible, else the CPU's; fp32 either way.
+  std::unique_ptr<dev::Backend> backend;
+  std::string why;
+  if (const int visible = dev::cuda_device_count(&why); visible > 0)
+    backend = dev::make_cuda_backend(dev::Precision::cuda("fp32", "fp32", "fp32"), dev::task_cuda_device(visible));
+  else
+    backend = dev::make_cpu_backend("fp32");
+  const bool f64 = read_checkpoint_info(path).dtype == "F64";
+  const TensorSource weights = [&](const std::string& name, const std::vector<std::int64_t>&) {
+    if (!f64) return read_global_tensor<float>(path, name, "param");
+    const std::vector<double> v = read_global_tensor<double>(path, name, "param");
+    return std::vector<float>(v.begin(), v.end());
+  };
+  Generator gen(model, static_cast<std::int64_t>(ids.size()) + o.max_new_tokens, weights, std::move(backend));
+  std::fprintf(stderr, "meshrun-ckpt: sampling from %s on the %s backend: %zu prompt tokens, up to %d new, temperature %g, "
+                       "top-p %g, seed %llu\n", shown(path).c_str(), gen.backend().name().c_str(), ids.size(), o.max_new_tokens,
+               o.temperature, o.top_p, static_cast<unsigned long long>(o.seed));
+  std::fputs(terminal_safe(prompt).c_str(), stdout);
+  const std::vector<std::int32_t> out = gen.generate(ids, o, [](std::int32_t t) {
+    std::fputs(terminal_safe(decode_tokens({t})).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputs("\n", stdout);
+  if (print_ids) {
+    std::printf("ids:");
+    for (std::int32_t t : out) std::printf(" %d", t);
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,19 +214,14 @@ int main(int argc, char** argv) {
       std::printf("meshrun-ckpt %s\n", meshrun::kVersion);
       return 0;
     }
-    if (argc == 3 && (!std::strcmp(argv[1], "inspect") || !std::strcmp(argv[1], "export")) && !std::strcmp(argv[2], "--version")) {
+    if (argc == 3 && (!std::strcmp(argv[1], "inspect") || !std::strcmp(argv[1], "export") || !std::strcmp(argv[1], "sample")) && !std::strcmp(argv[2], "--version")) {
       std::printf("meshrun-ckpt %s %s\n", argv[1], meshrun::kVersion);
       return 0;
     }
     if (argc >= 3 && !std::strcmp(argv[1], "inspect") && (argc == 3 || (argc == 4 && !std::strcmp(argv[3], "--verify"))))
       return inspect(argv[2], argc == 4);
-    if (argc == 4 && !std::strcmp(argv[1], "export")) {
-      const std::string path = resolve(argv[2]);
-      const std::int64_t n = meshrun::train::export_checkpoint(path, argv[3]);
-      std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", shown(argv[3]).c_str(), static_cast<long long>(n),
-                  shown(path).c_str());
-      return 0;
-    }
+    if (argc >= 4 && !std::strcmp(argv[1], "export")) return export_command(argc, argv);
+    if (argc >= 3 && !std::strcmp(argv[1], "sample")) return sample_command(argc, argv);
     std::fputs(kUsage, stderr);
     return 2;
   } catch (const std::bad_alloc&) {

@@ -12,6 +12,7 @@
 #include "file_io.hpp"
 #include "manifest.hpp"
 #include "meshrun/train/checkpoint/checkpoint.hpp"
+#include "meshrun/train/checkpoint/hf_model.hpp"
 
 namespace meshrun::train {
 
@@ -68,6 +69,8 @@ std::vector<T> read_global_tensor(const std::string& path, const std::string& na
   return out;
 }
 
+ModelSpec checkpoint_model(const std::string& path, int* seq_len) { return manifest_model(read_manifest(path), seq_len); }
+
 std::int64_t verify_checkpoint(const std::string& path) {
   const Manifest m = read_manifest(path);  // every structural check, exact coverage included
   std::int64_t n = 0;
@@ -81,13 +84,17 @@ std::int64_t verify_checkpoint(const std::string& path) {
   return n;
 }
 
-std::int64_t export_checkpoint(const std::string& path, const std::string& out) {
-  const Manifest m = read_manifest(path);
+namespace {
+// One safetensors file of the checkpoint's parameters `names` (in that order, the checkpoint's dtype),
+// streaming: one tensor in memory at a time, in a buffer reused across tensors. Written to OUT.tmp, fsynced,
+// renamed. Returns the bytes written.
+std::int64_t write_tensor_file(const Manifest& m, const std::vector<std::string>& names, const std::string& out,
+                               std::map<std::string, std::unique_ptr<ShardReader>>& readers) {
   const std::size_t es = m.dtype == "F64" ? 8 : 4;
   json header = json::object();
   header["__metadata__"] = {{"format", "pt"}, {"producer", "meshrun-ckpt export"}, {"step", std::to_string(m.step)}};
   std::uint64_t off = 0;
-  for (const std::string& name : m.order) {
+  for (const std::string& name : names) {
     const auto& shape = m.shapes.at(name);
     const std::uint64_t bytes = static_cast<std::uint64_t>(shape.at(0) * (shape.size() > 1 ? shape[1] : 1)) * es;
     header[name] = {{"dtype", m.dtype}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
@@ -100,15 +107,13 @@ std::int64_t export_checkpoint(const std::string& path, const std::string& out) 
   if (fd < 0) throw CheckpointError("cannot write " + tmp + ": " + errno_text() + "; check the output directory");
   unsigned char len[8];
   for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((static_cast<std::uint64_t>(h.size()) >> (8 * b)) & 0xff);
-  std::map<std::string, std::unique_ptr<ShardReader>> readers;
   try {
     write_all(fd, len, 8, tmp);
     write_all(fd, h.data(), h.size(), tmp);
-    // One tensor in memory at a time, in a buffer reused across tensors.
     auto write_tensors = [&](auto tag) {
       using T = decltype(tag);
       GrowBuffer<T> buf, staging;
-          for (const std::string& name : m.order) {
+      for (const std::string& name : names) {
         const std::size_t numel = numel_of(m, name);
         T* v = buf.get(numel);
         global_tensor<T>(m, name, 0, readers, v, staging);
@@ -126,6 +131,79 @@ std::int64_t export_checkpoint(const std::string& path, const std::string& out) 
   ::close(fd);
   if (::rename(tmp.c_str(), out.c_str()) != 0) throw CheckpointError("renaming " + tmp + " failed: " + errno_text());
   return static_cast<std::int64_t>(8 + h.size() + off);
+}
+
+std::size_t tensor_bytes(const Manifest& m, const std::string& name) { return numel_of(m, name) * (m.dtype == "F64" ? 8 : 4); }
+}  // namespace
+
+std::int64_t export_checkpoint(const std::string& path, const std::string& out) {
+  const Manifest m = read_manifest(path);
+  std::map<std::string, std::unique_ptr<ShardReader>> readers;
+  return write_tensor_file(m, m.order, out, readers);
+}
+
+// The one place tokenizer files join an export (docs/trainer.md: "tokenizer files: not yet"). The runs this
+// exports from use the byte-level tokenizer (meshrun-tokenize: ids are bytes), which has no tokenizer file;
+// copying a run's tokenizer.json / tokenizer.model belongs here once data.tokenizer exists.
+std::vector<std::string> export_tokenizer_files(const std::string& /*checkpoint*/, const std::string& /*outdir*/) { return {}; }
+
+HfExport export_hf_directory(const std::string& path, const std::string& outdir, std::uint64_t max_shard_bytes) {
+  const Manifest m = read_manifest(path);
+  int seq_len = 0;
+  const ModelSpec model = manifest_model(m, &seq_len);
+  std::error_code ec;
+  if (fs::exists(outdir, ec) && !(fs::is_directory(outdir, ec) && fs::is_empty(outdir, ec)))
+    throw CheckpointError(outdir + " exists and is not an empty directory; export into a new directory");
+  // Everything is written into OUTDIR.tmp, then renamed: a failed export leaves no half directory.
+  const std::string tmp = outdir + ".tmp";
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(tmp, ec) || ec)
+    throw CheckpointError("cannot create " + tmp + (ec ? ": " + ec.message() : "") + "; check the output directory's parent");
+  HfExport r;
+  try {
+    // Shards as transformers' save_pretrained cuts them: tensors in order, a new shard when the next tensor
+    // would take the current one past the limit (a tensor larger than the limit gets a shard of its own).
+    std::vector<std::vector<std::string>> shards(1);
+    std::uint64_t in_shard = 0, total = 0;
+    for (const std::string& name : m.order) {
+      const std::uint64_t b = tensor_bytes(m, name);
+      if (!shards.back().empty() && in_shard + b > max_shard_bytes) shards.emplace_back(), in_shard = 0;
+      shards.back().push_back(name);
+      in_shard += b;
+      total += b;
+    }
+    std::map<std::string, std::unique_ptr<ShardReader>> readers;
+    json weight_map = json::object();
+    const int n = static_cast<int>(shards.size());
+    for (int i = 0; i < n; ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", i + 1, n);
+      const std::string file = n == 1 ? kHfWeightsFile : name;
+      r.bytes += write_tensor_file(m, shards[static_cast<std::size_t>(i)], (fs::path(tmp) / file).string(), readers);
+      for (const std::string& t : shards[static_cast<std::size_t>(i)]) weight_map[t] = file;
+      r.files.push_back(file);
+    }
+    auto write_text = [&](const std::string& file, const std::string& text) {
+      write_file_atomic((fs::path(tmp) / file).string(), text);
+      r.files.push_back(file);
+      r.bytes += static_cast<std::int64_t>(text.size());
+    };
+    if (n > 1) write_text(kHfIndexFile, json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
+    write_text(kHfConfigFile, hf_config_text(model, seq_len, m.dtype));
+    write_text(kHfGenerationConfigFile, hf_generation_config_text());
+    r.tokenizer_files = export_tokenizer_files(path, tmp);
+    r.shards = n;
+    fs::remove(outdir, ec);  // an empty directory given as the target
+    fs::rename(tmp, outdir);
+    fsync_path(fs::absolute(outdir).parent_path().string(), true);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    throw CheckpointError(std::string("writing ") + outdir + " failed: " + e.what());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return r;
 }
 
 template std::vector<float> read_global_tensor<float>(const std::string&, const std::string&, const std::string&);

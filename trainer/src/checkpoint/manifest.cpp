@@ -65,6 +65,9 @@ json must_match(const JobConfig& c, std::int64_t data_tokens) {
                 {"mlp", m.mlp},
                 {"tied_embeddings", m.tied_embeddings},
                 {"experts", m.experts},
+                {"top_k", m.top_k},
+                {"moe_ffn_hidden", m.moe_ffn_hidden},
+                {"router_aux_loss_coef", m.router_aux_loss_coef},
                 {"rope_theta", m.rope_theta},
                 {"norm_eps", m.norm_eps}}},
               {"training",
@@ -439,12 +442,44 @@ bool overlaps(const ManifestPiece& p, std::int64_t r0, std::int64_t c0, std::int
   return first_row < r0 + lr && last_row >= r0 && p.col0 < c0 + lc && p.col0 + p.cols > c0;
 }
 
+namespace {
+// Model settings a manifest records since the Hugging Face export (which needs them); older manifests lack them.
+bool added_later(const std::string& section, const std::string& key) {
+  return section == "model" && (key == "top_k" || key == "moe_ffn_hidden" || key == "router_aux_loss_coef");
+}
+}  // namespace
+
+ModelSpec manifest_model(const Manifest& m, int* seq_len) {
+  const json& j = field<json>(m.root, "model", "", m.file);
+  ModelSpec s;
+  s.layers = field<int>(j, "layers", "model.", m.file);
+  s.hidden = field<int>(j, "hidden", "model.", m.file);
+  s.ffn_hidden = field<int>(j, "ffn_hidden", "model.", m.file);
+  s.heads = field<int>(j, "heads", "model.", m.file);
+  s.kv_heads = field<int>(j, "kv_heads", "model.", m.file);
+  s.vocab = field<std::int64_t>(j, "vocab", "model.", m.file);
+  s.mlp = field<std::string>(j, "mlp", "model.", m.file);
+  s.tied_embeddings = field<bool>(j, "tied_embeddings", "model.", m.file);
+  s.experts = field<int>(j, "experts", "model.", m.file);
+  s.rope_theta = field<double>(j, "rope_theta", "model.", m.file);
+  s.norm_eps = field<double>(j, "norm_eps", "model.", m.file);
+  if (s.experts > 0 && !j.contains("top_k"))
+    throw CheckpointError(m.file + ": model.top_k is missing (a checkpoint written before meshrun recorded it); resume it "
+                                   "once with this meshrun-train and save again");
+  if (j.contains("top_k")) s.top_k = field<int>(j, "top_k", "model.", m.file);
+  if (j.contains("moe_ffn_hidden")) s.moe_ffn_hidden = field<int>(j, "moe_ffn_hidden", "model.", m.file);
+  if (j.contains("router_aux_loss_coef")) s.router_aux_loss_coef = field<double>(j, "router_aux_loss_coef", "model.", m.file);
+  if (seq_len) *seq_len = field<int>(field<json>(m.root, "training", "", m.file), "seq_len", "training.", m.file);
+  return s;
+}
+
 void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_tokens) {
   const json want = must_match(cfg, data_tokens);
   for (const auto& [section, keys] : want.items()) {
     const json& have = field<json>(m.root, section, "", m.file);
     for (const auto& [key, v] : keys.items()) {
       if (section == "data" && key == "tokens" && v.get<std::int64_t>() < 0) continue;
+      if (!have.contains(key) && added_later(section, key)) continue;  // a manifest written before the field
       const json& saved = field<json>(have, key, section + ".", m.file);
       if (saved != v) {
         const std::string name = section == "data" && key == "tokens" ? "the token file's length (data.path)" : section + "." + key;

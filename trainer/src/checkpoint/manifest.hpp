@@ -75,6 +75,10 @@ void discard_failed_save(const std::string& dir, int step);
 // The manifest's own hash: over its canonical JSON text without the manifest_hash field.
 std::string manifest_digest(nlohmann::json root);
 
+// The model a checkpoint holds, from its manifest's "model" section (CheckpointError naming a missing or
+// mistyped field); seq_len (when not null): the training.seq_len it was trained at.
+ModelSpec manifest_model(const Manifest& m, int* seq_len = nullptr);
+
 // The run's settings against the manifest's (CheckpointError naming the first that differs).
 void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_tokens);
 

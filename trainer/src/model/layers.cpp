@@ -87,13 +87,13 @@ void embedding_backward_weight(const LayerDims& d, const TensorParallel& tp, con
 
 // ---- decoder layer -----------------------------------------------------------------------------------
 
-void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
-                     const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf x, Buf pos, LayerWorkspace& ws,
-                     MoeLayer* moe) {
+namespace {
+// The attention's inputs: x_in, the first norm, q/k/v projections, RoPE at positions pos.
+void attention_inputs(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                      DecoderActs& a, Buf x, Buf pos, LayerWorkspace& ws) {
   device::Backend& be = *ws.be;
   const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh, qd = d.hq * d.dh, kvd = d.hkv * d.dh;
   auto W = [&](int t) { return tensor(w, ts[t]); };
-  const Buf nh = ws.nh.at(0, nl * h), nh_full = ws.nh_full.at(0, n * h);
   be.copy(a.x_in, x);
   be.rmsnorm_forward(a.xn1, a.rstd1, a.x_in, W(kLn1), nl, h, d.norm_eps);
   const Buf xn1 = tp.full_rows(a.xn1, ws.xn_full);
@@ -102,7 +102,16 @@ void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParall
   be.linear_forward(a.v, xn1, W(kV), n, h, kvd);
   be.rope_forward(a.q, pos, n, d.hq, dh, d.rope_theta);
   be.rope_forward(a.k, pos, n, d.hkv, dh, d.rope_theta);
-  cp_attention_forward(cp, a.att, a.lse, a.q, a.k, a.v, pos, 1.0 / std::sqrt(static_cast<double>(dh)));
+}
+
+// From the attention's output a.att: o_proj, the residual, the second norm, the MLP (or the experts) and
+// the residual: x becomes the layer's output.
+void attention_output_and_mlp(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                              DecoderActs& a, Buf x, LayerWorkspace& ws, MoeLayer* moe) {
+  device::Backend& be = *ws.be;
+  const std::int64_t n = d.n, nl = d.nl, h = d.h, qd = d.hq * d.dh;
+  auto W = [&](int t) { return tensor(w, ts[t]); };
+  const Buf nh = ws.nh.at(0, nl * h), nh_full = ws.nh_full.at(0, n * h);
   be.linear_forward(nh_full, a.att, W(kO), n, qd, h);
   tp.reduce_rows(nh_full, nh);
   be.copy(a.x2, a.x_in);  // x2 = x_in + attention output: one rounding, as before
@@ -121,6 +130,29 @@ void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParall
   }
   be.copy(x, a.x2);
   be.add(x, nh);
+}
+}  // namespace
+
+void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
+                     const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf x, Buf pos, LayerWorkspace& ws,
+                     MoeLayer* moe) {
+  attention_inputs(d, tp, ts, w, a, x, pos, ws);
+  cp_attention_forward(cp, a.att, a.lse, a.q, a.k, a.v, pos, 1.0 / std::sqrt(static_cast<double>(d.dh)));
+  attention_output_and_mlp(d, tp, ts, w, a, x, ws, moe);
+}
+
+void decoder_forward_cached(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                            DecoderActs& a, Buf x, Buf pos, LayerWorkspace& ws, MoeLayer* moe, Buf k_cache,
+                            Buf v_cache, Buf cache_pos, std::int64_t cached) {
+  device::Backend& be = *ws.be;
+  const std::int64_t n = d.n, kvd = d.hkv * d.dh, seen = cached + n;
+  attention_inputs(d, tp, ts, w, a, x, pos, ws);
+  be.copy(k_cache.at(cached * kvd, n * kvd), a.k);
+  be.copy(v_cache.at(cached * kvd, n * kvd), a.v);
+  const device::AttentionDims ad{n, seen, d.hq, d.hkv, d.dh};
+  be.attention_forward(a.att, a.lse, a.q, k_cache.at(0, seen * kvd), v_cache.at(0, seen * kvd), pos,
+                       cache_pos.at(0, seen), ad, 1.0 / std::sqrt(static_cast<double>(d.dh)));
+  attention_output_and_mlp(d, tp, ts, w, a, x, ws, moe);
 }
 
 void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,

@@ -57,7 +57,8 @@ const char* kUsage =
     "  --count-params: print the model's parameter count (from the parameter table; allocates nothing) and exit.\n"
     "  Trains the template's model with its [parallel] layout; the MPI world must equal tp·cp·pp·dp.\n"
     "  Configuration layers as everywhere in meshrun: defaults < site file < template < environment < --set.\n"
-    "  checkpoint.load / checkpoint.save name safetensors files (Hugging Face Llama names).\n"
+    "  checkpoint.load / checkpoint.save name safetensors files (Hugging Face Llama names); checkpoint.load may\n"
+    "  also name a Hugging Face model directory (config.json checked against [model]; meshrun-ckpt export writes one).\n"
     "  checkpoint.dir: sharded checkpoints (every checkpoint.interval steps, at the end, and on checkpoint.signal);\n"
     "  with checkpoint.resume = true (default) a run continues from the latest one. After a signal-driven save\n"
     "  every rank exits with status 75 and DIR/status says \"saved STEP SIGNAL\".\n";

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "meshrun/train/checkpoint/hf_model.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
 #include "meshrun/train/run/trace.hpp"
 
@@ -283,12 +284,22 @@ void Trainer<T>::save(const std::string& path) {
 
 template <class T>
 void Trainer<T>::load(const std::string& path) {
-  const SafetensorsFile file(path);
+  // A Hugging Face model directory (its config.json checked against [model]) or one safetensors file.
+  std::unique_ptr<HfModelDir> dir;
+  std::unique_ptr<SafetensorsFile> file;
+  if (is_hf_model_dir(path)) {
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> tensors;
+    for (const Unit& u : table_.units)
+      for (const TensorSlot& t : u.tensors) tensors.emplace_back(t.name, t.shape());
+    dir = std::make_unique<HfModelDir>(path, cfg_.model, tensors);
+  } else {
+    file = std::make_unique<SafetensorsFile>(path);
+  }
   for (std::size_t u = 0; u < table_.units.size(); ++u) {
     if (!store_.holds(static_cast<int>(u))) continue;
     std::vector<T> buf(static_cast<std::size_t>(table_.units[u].size));
     for (const TensorSlot& t : table_.units[u].tensors) {
-      const std::vector<T> full = file.read<T>(t.name, t.shape());
+      const std::vector<T> full = dir ? dir->read<T>(t.name, t.shape()) : file->read<T>(t.name, t.shape());
       for (std::int64_t i = 0; i < t.numel(); ++i) buf[t.offset + i] = full[t.global_index(i)];
     }
     store_.write_unit<T>(static_cast<int>(u), buf.data());

@@ -136,6 +136,10 @@ std::string status_file_path(const std::string& dir);
 template <class T>
 std::vector<T> read_global_tensor(const std::string& path, const std::string& name, const std::string& kind);
 
+// The model a checkpoint holds (its manifest's "model" section) and, when seq_len is not null, the
+// training.seq_len it was trained at.
+ModelSpec checkpoint_model(const std::string& path, int* seq_len = nullptr);
+
 // Reads every piece of every shard (file size, header, dtype, shape, hash) and checks that every element of
 // every tensor and moment is held once; returns the number of pieces. CheckpointError naming file and tensor.
 std::int64_t verify_checkpoint(const std::string& path);
@@ -144,5 +148,21 @@ std::int64_t verify_checkpoint(const std::string& path);
 // checkpoint's dtype), streaming: one tensor in memory at a time. Written to OUT.tmp, fsynced, renamed.
 // Returns the bytes written.
 std::int64_t export_checkpoint(const std::string& path, const std::string& out);
+
+// A Hugging Face model directory OUTDIR (hf_model.hpp) from a checkpoint's parameters: config.json
+// (LlamaForCausalLM or MixtralForCausalLM from the manifest's model settings), model.safetensors, or shards
+// model-0000i-of-0000n.safetensors of at most max_shard_bytes each (a larger tensor alone) with
+// model.safetensors.index.json, generation_config.json, and the tokenizer files (export_tokenizer_files).
+// Streaming, one tensor in memory at a time; written into OUTDIR.tmp, then renamed. OUTDIR must not exist
+// or be empty.
+struct HfExport {
+  std::vector<std::string> files;            // written, in OUTDIR
+  std::vector<std::string> tokenizer_files;  // of those, the tokenizer's (none yet: byte-level runs have none)
+  std::int64_t bytes = 0;
+  int shards = 0;
+};
+HfExport export_hf_directory(const std::string& path, const std::string& outdir, std::uint64_t max_shard_bytes);
+// The tokenizer files of the run that wrote checkpoint `path`, copied into outdir; returns their names.
+std::vector<std::string> export_tokenizer_files(const std::string& path, const std::string& outdir);
 
 }  // namespace meshrun::train

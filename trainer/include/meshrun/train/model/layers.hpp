@@ -103,6 +103,13 @@ struct MoeLayer {
 void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
                      const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf x, Buf pos, LayerWorkspace& ws,
                      MoeLayer* moe = nullptr);
+// The same layer for decoding with a KV cache (sampling; one sequence, tp = cp = 1): x[n, h] in place for n
+// new tokens at positions pos[n] = cached, cached+1, ...; their keys and values are stored in rows
+// [cached, cached + n) of k_cache / v_cache ([capacity, kv_heads·head_dim]) and every new token attends to
+// the cache's rows [0, cached + n) (cache_pos: their positions 0, 1, ...), causally by position.
+void decoder_forward_cached(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                            DecoderActs& a, Buf x, Buf pos, LayerWorkspace& ws, MoeLayer* moe, Buf k_cache,
+                            Buf v_cache, Buf cache_pos, std::int64_t cached);
 // dy[nl, h] in place: gradient at the output -> gradient at the input.
 void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
                             const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf dy, Buf pos,
