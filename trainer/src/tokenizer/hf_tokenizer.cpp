@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <queue>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -624,7 +625,7 @@ class HfTokenizer final : public Tokenizer {
       return;
     }
     // Symbols: a vocabulary id, or kUnknown with the unit's bytes kept for byte fallback.
-    constexpr std::uint32_t kUnknown = 0xFFFFFFFFu;
+    constexpr std::uint32_t kUnknown = 0xFFFFFFFFu, kDead = 0xFFFFFFFEu;
     std::vector<std::uint32_t> sym;
     std::vector<std::string> unknown_text;
     std::size_t i = 0;
@@ -642,22 +643,43 @@ class HfTokenizer final : public Tokenizer {
         unknown_text.push_back(unit);
       }
     }
-    // Lowest rank first, leftmost on ties (JS BPE: score = rank + position/length).
-    while (sym.size() > 1) {
-      std::uint32_t best_rank = kUnknown, best_result = 0;
-      std::size_t best = 0;
-      for (std::size_t k = 0; k + 1 < sym.size(); ++k) {
-        if (sym[k] == kUnknown || sym[k + 1] == kUnknown) continue;
-        auto m = merges_.find(pair_key(sym[k], sym[k + 1]));
-        if (m != merges_.end() && m->second.rank < best_rank) {
-          best_rank = m->second.rank;
-          best_result = m->second.result;
-          best = k;
-        }
+    // Lowest rank first, leftmost on ties (JS BPE: score = rank + position/length), with a heap of candidate
+    // pairs keyed by (rank, left symbol's original position): O(n log n), so a long pre-token (a text with no
+    // pre-tokenizer is one) stays linear-ish. A popped candidate whose pair has changed since is skipped.
+    const std::size_t n = sym.size();
+    if (n > 1) {
+      constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+      std::vector<std::size_t> prev(n), next(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        prev[k] = k == 0 ? kNone : k - 1;
+        next[k] = k + 1 == n ? kNone : k + 1;
       }
-      if (best_rank == kUnknown) break;
-      sym[best] = best_result;
-      sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+      using Candidate = std::pair<std::uint32_t, std::size_t>;  // (rank, position)
+      std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+      auto push = [&](std::size_t k) {
+        if (k == kNone || next[k] == kNone || sym[k] == kUnknown || sym[next[k]] == kUnknown) return;
+        auto m = merges_.find(pair_key(sym[k], sym[next[k]]));
+        if (m != merges_.end()) heap.emplace(m->second.rank, k);
+      };
+      for (std::size_t k = 0; k + 1 < n; ++k) push(k);
+      while (!heap.empty()) {
+        const auto [rank, k] = heap.top();
+        heap.pop();
+        if (sym[k] == kDead || next[k] == kNone || sym[k] == kUnknown || sym[next[k]] == kUnknown) continue;
+        auto m = merges_.find(pair_key(sym[k], sym[next[k]]));
+        if (m == merges_.end() || m->second.rank != rank) continue;  // stale: the pair changed
+        const std::size_t r = next[k];
+        sym[k] = m->second.result;
+        sym[r] = kDead;
+        next[k] = next[r];
+        if (next[r] != kNone) prev[next[r]] = k;
+        push(prev[k]);
+        push(k);
+      }
+      std::size_t w = 0;
+      for (std::size_t k = 0; k < n; ++k)
+        if (sym[k] != kDead) sym[w++] = sym[k];
+      sym.resize(w);
     }
     std::vector<std::uint32_t> ids;
     std::size_t u = 0;
