@@ -13,7 +13,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   explicit SentencePieceTokenizer(const std::string& path) {
     const auto status = sp_.Load(path);
     if (!status.ok())
-      throw TokenizerError(path + ": not a tokenizer.json nor a SentencePiece model (" + status.ToString() + ")");
+      throw TokenizerError(path + ": not a tokenizer.json nor a SentencePiece model (libsentencepiece cannot parse it); "
+                                  "give a tokenizer.json or a .model file");
   }
   std::vector<std::uint32_t> encode(std::string_view text, bool add_special) const override {
     check_utf8(text);
