@@ -31,16 +31,19 @@ using json = nlohmann::json;
 // GPT-2's bytes_to_unicode (openai/gpt-2 encoder.py, used by ByteLevel): printable Latin-1 bytes map to
 // themselves, the other 68 to U+0100.. in byte order.
 struct ByteTable {
+  static constexpr std::uint32_t kCodePoints = 324;  // the table's characters are all below U+0144
   std::array<std::uint32_t, 256> to_cp{};
-  std::unordered_map<std::uint32_t, unsigned char> to_byte;
+  std::array<int, kCodePoints> to_byte{};  // -1: not a table character
   ByteTable() {
+    to_byte.fill(-1);
     int n = 0;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       to_cp[b] = printable ? static_cast<std::uint32_t>(b) : static_cast<std::uint32_t>(256 + n++);
-      to_byte[to_cp[b]] = static_cast<unsigned char>(b);
+      to_byte[to_cp[b]] = b;
     }
   }
+  int byte_of(std::uint32_t cp) const { return cp < kCodePoints ? to_byte[cp] : -1; }
 };
 const ByteTable& byte_table() {
   static const ByteTable t;
@@ -52,10 +55,9 @@ std::optional<std::string> unmap_byte_level(const std::string& s) {
   std::string out;
   std::size_t i = 0;
   while (i < s.size()) {
-    const std::uint32_t cp = utf8_next(s, i);
-    auto it = byte_table().to_byte.find(cp);
-    if (it == byte_table().to_byte.end()) return std::nullopt;
-    out.push_back(static_cast<char>(it->second));
+    const int b = byte_table().byte_of(utf8_next(s, i));
+    if (b < 0) return std::nullopt;
+    out.push_back(static_cast<char>(b));
   }
   return out;
 }
@@ -294,8 +296,8 @@ DecodeStep make_decoder(const json& j, const std::string& file, const std::unord
         }
         std::size_t i = 0;
         while (i < tok.size()) {
-          auto it = byte_table().to_byte.find(utf8_next(tok, i));
-          if (it != byte_table().to_byte.end()) bytes.push_back(static_cast<char>(it->second));
+          const int b = byte_table().byte_of(utf8_next(tok, i));
+          if (b >= 0) bytes.push_back(static_cast<char>(b));
         }
       }
       flush();
@@ -476,6 +478,11 @@ class HfTokenizer final : public Tokenizer {
       if (it == token_to_id_.end()) refuse(file, "BPE unk_token is not in the vocabulary");
       unk_ = it->second;
     }
+    if (byte_level_)
+      for (int b = 0; b < 256; ++b) {
+        auto it = token_to_id_.find(std::string(1, static_cast<char>(b)));
+        if (it != token_to_id_.end()) byte_unit_ids_[b] = it->second;
+      }
     if (byte_fallback_)
       for (int b = 0; b < 256; ++b) {
         char name[8];
@@ -632,13 +639,19 @@ class HfTokenizer final : public Tokenizer {
     std::string unit;
     while (i < word.size()) {
       const std::size_t b = i;
-      if (byte_level_) ++i;
-      else utf8_next(word, i);
-      unit.assign(word, b, i - b);
-      auto it = token_to_id_.find(unit);
-      if (it != token_to_id_.end()) {
-        sym.push_back(it->second);
+      std::optional<std::uint32_t> id;
+      if (byte_level_) {
+        id = byte_unit_ids_[static_cast<unsigned char>(word[i++])];
       } else {
+        utf8_next(word, i);
+        unit.assign(word, b, i - b);
+        auto it = token_to_id_.find(unit);
+        if (it != token_to_id_.end()) id = it->second;
+      }
+      if (id) {
+        sym.push_back(*id);
+      } else {
+        unit.assign(word, b, i - b);
         sym.push_back(kUnknown);
         unknown_text.push_back(unit);
       }
@@ -747,7 +760,8 @@ class HfTokenizer final : public Tokenizer {
   std::vector<std::string> id_to_token_;
   std::unordered_map<std::string, std::uint32_t> token_to_id_;
   std::unordered_map<std::uint64_t, Merge> merges_;
-  std::array<std::optional<std::uint32_t>, 256> byte_ids_{};
+  std::array<std::optional<std::uint32_t>, 256> byte_ids_{};       // <0xXX> tokens (byte fallback)
+  std::array<std::optional<std::uint32_t>, 256> byte_unit_ids_{};  // single-byte tokens (ByteLevel's units)
   std::optional<std::uint32_t> unk_, bos_, eos_;
   std::unordered_map<std::string, AddedToken> added_;
   std::unordered_map<std::string, std::uint32_t> added_ids_;
