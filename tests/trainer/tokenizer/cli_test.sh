@@ -59,6 +59,9 @@ expect 0 "in 3 documents" "plain files and a directory" -- "$TOKENIZE" "$DIR/p" 
 # --format raw: the bare ids, no EOS.
 expect 0 "wrote" "--format raw" -- "$TOKENIZE" "$DIR/raw.u32" "$DIR/doc1.txt" --tokenizer "$TJ" --format raw --dtype uint32
 cmp -s "$DIR/raw.u32" "$DIR/doc1.u32" && pass "raw ids = encode(text), no EOS" || bad "raw ids differ from encode(text)"
+expect 0 "wrote" "--tokenizer DIRECTORY (its tokenizer.json)" -- "$TOKENIZE" "$DIR/rawd.u32" "$DIR/doc1.txt" --tokenizer "$T" --format raw --dtype uint32
+cmp -s "$DIR/rawd.u32" "$DIR/doc1.u32" && pass "--tokenizer DIRECTORY: same ids" || bad "--tokenizer DIRECTORY: ids differ"
+expect 2 "holds no tokenizer.json nor tokenizer.model" "a directory without a tokenizer" -- "$TOKENIZE" "$DIR/x" "$DIR/h.txt" --tokenizer "$DIR/texts"
 printf 'hello' >"$DIR/h.txt"
 expect 0 "wrote 5 tokens" "byte-level mode without --tokenizer (unchanged)" -- "$TOKENIZE" "$DIR/h.bin" "$DIR/h.txt"
 

@@ -445,6 +445,8 @@ std::string trim_start(const std::string& s) {
 
 class HfTokenizer final : public Tokenizer {
  public:
+  HfTokenizer(const HfTokenizer&) = delete;  // the decoder holds a reference to added_ids_
+  HfTokenizer& operator=(const HfTokenizer&) = delete;
   HfTokenizer(const json& tj, const json* config, const std::string& file) {
     const json& model = tj.at("model");
     const std::string mt = type_of(model);

@@ -1,4 +1,5 @@
 // load_tokenizer: the format by the file's name and content, and the UTF-8 helpers both formats use.
+#include <filesystem>
 #include <fstream>
 
 #include "tokenizer_internal.hpp"
@@ -52,7 +53,15 @@ std::string utf8_sanitize(std::string_view s) {
   return out;
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& given) {
+  // A model directory (Hugging Face's layout): its tokenizer.json, else its tokenizer.model.
+  std::string path = given;
+  if (std::filesystem::is_directory(given)) {
+    const auto dir = std::filesystem::path(given);
+    if (std::filesystem::exists(dir / "tokenizer.json")) path = (dir / "tokenizer.json").string();
+    else if (std::filesystem::exists(dir / "tokenizer.model")) path = (dir / "tokenizer.model").string();
+    else throw TokenizerError("directory " + given + " holds no tokenizer.json nor tokenizer.model; give the tokenizer file");
+  }
   std::ifstream is(path, std::ios::binary);
   if (!is) throw TokenizerError("cannot read tokenizer file " + path + "; give a tokenizer.json or a SentencePiece .model");
   char first = 0;

@@ -33,8 +33,8 @@ class Tokenizer {
   virtual std::size_t vocab_size() const = 0;  // largest id + 1, added tokens included
 };
 
-// path: a tokenizer.json (tokenizer_config.json is read from the same directory when present) or a
-// SentencePiece .model file. Throws TokenizerError with one line naming the file and the problem.
+// path: a tokenizer.json (tokenizer_config.json is read from the same directory when present), a
+// SentencePiece .model file, or a model directory holding tokenizer.json (else tokenizer.model). Throws TokenizerError with one line naming the file and the problem.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 }  // namespace meshrun::train
