@@ -36,6 +36,10 @@ check() {
 }
 for m in llama3 gpt4o; do check "$m" "$MODELS/tokenizer-$m/models/tokenizer.json" "$DIR/corpus.txt"; done
 check qwen3 "$MODELS/tokenizer-qwen3/models/tokenizer.json" "$DIR/corpus.nfc.txt"
+# Negative: the round-trip check must see a difference (Llama 3 has no normalizer, so its decode is not the NFC text).
+out=$("$CHECK" roundtrip "$MODELS/tokenizer-llama3/models/tokenizer.json" "$DIR/llama3.u32" "$DIR/corpus.nfc.txt"); rc=$?
+if [[ $rc -eq 1 && $out == *"ROUND TRIP DIFFERS"* ]]; then pass "round trip against another text fails: $(head -1 <<<"$out")"
+else bad "round trip against the NFC text was not detected (rc $rc): $out"; fi
 
 # Byte-fallback BPE (Llama 2's tokenizer.json layout, and Metaspace + Digits) from a SentencePiece BPE model, on
 # a 300 kB corpus (the JS oracle takes about 30 CPU seconds per MB on these layouts).
