@@ -7,7 +7,7 @@ namespace meshrun::train {
 // Exit codes: 0 done, 2 bad input (one line on stderr from rank 0), 1 other failure.
 int train_main(int argc, char** argv);
 
-// meshrun-tokenize OUT.bin INPUT... [--dtype uint16|uint32]
+// meshrun-tokenize OUT INPUT... [--tokenizer FILE] [--format megatron|raw] [--json-key KEY] [--dtype uint16|uint32]
 int tokenize_main(int argc, char** argv);
 
 }  // namespace meshrun::train
