@@ -158,7 +158,7 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
 
   o << "\ngroups\n    " << pad("axis", 7) << pad("size", 7, true) << pad("count", 8, true) << "  link\n";
   for (GroupKind kind : kGroupKinds) {
-    const GroupSummary s = summarize_group_streamed(map, kind);
+    const GroupSummary s = summarize_group(map, kind);
     std::string links;
     const Link order[] = {Link::self, Link::nvlink, Link::pcie, Link::network};
     for (Link ln : order) {
@@ -176,25 +176,6 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
     o << "\n";
     for (const auto& w : v.warnings) o << "  - " << w << "\n";
   }
-}
-
-GroupSummary summarize_group_streamed(const RankMap& map, GroupKind kind,
-                                      const std::function<void(const std::vector<int>&)>& each) {
-  GroupSummary s;
-  s.kind = kind;
-  s.size = map.grid().group_size(kind);
-  // A group is met first at its smallest member, the rank no earlier group holds: the order of
-  // RankGrid::groups (by first member), one group at a time.
-  std::vector<bool> seen(size_t(map.world()), false);
-  for (int r = 0; r < map.world(); ++r) {
-    if (seen[r]) continue;
-    const std::vector<int> g = map.grid().group_of(r, kind);
-    for (int member : g) seen[member] = true;
-    ++s.count;
-    ++s.by_link[static_cast<int>(map.link_of(g))];
-    if (each) each(g);
-  }
-  return s;
 }
 
 void render_plan_json_body(JsonWriter& j, const PlanView& v, const std::function<void()>& flush) {
@@ -270,7 +251,7 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v, const std::function
   j.key("groups").begin_object();
   for (GroupKind k : kGroupKinds) {
     j.key(group_name(k)).begin_array();
-    summaries.push_back(summarize_group_streamed(map, k, [&](const std::vector<int>& g) {
+    summaries.push_back(summarize_group(map, k, [&](const std::vector<int>& g) {
       text.assign(1, '[');
       for (size_t i = 0; i < g.size(); ++i) {
         if (i) text += ',';
