@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "meshrun/geometry.hpp"
 #include "meshrun/json.hpp"
 #include "meshrun/limits.hpp"
 
@@ -114,10 +115,10 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
     if (auto layers = chunk_layers(job.model.layers, l.pp * l.virtual_stages))
       o << "pipeline  " << l.pp << " stage" << (l.pp == 1 ? "" : "s") << " × " << l.virtual_stages << " chunk"
         << (l.virtual_stages == 1 ? "" : "s") << "; " << layer_summary(*layers) << "\n";
-    int64_t micro = job.training.global_batch_size / (int64_t(l.dp) * job.training.micro_batch_size);
-    o << "batch     " << job.training.global_batch_size << " sequences × " << job.training.seq_len
-      << " tokens per step; " << micro << " micro-batch" << (micro == 1 ? "" : "es") << " of "
-      << job.training.micro_batch_size << " per DP rank\n";
+    // validate() passed, so the batch cuts over the layout (batch-dp, seq-cp, seq-sp): value() cannot throw.
+    const BatchGeometry g = batch_geometry(job.training, l, static_cast<std::string*>(nullptr)).value();
+    o << "batch     " << g.global_batch << " sequences × " << g.seq_len << " tokens per step; " << g.microbatches
+      << " micro-batch" << (g.microbatches == 1 ? "" : "es") << " of " << g.micro_batch_size << " per DP rank\n";
   }
 
   o << "\nvalues (source)\n";
@@ -293,12 +294,12 @@ std::string schedule_view_problem(const Config& cfg, const Layout& layout) {
 }
 
 ScheduleView make_schedule_view(const JobConfig& job, const Layout& layout) {
-  const TrainingSpec& t = job.training;
   ScheduleSpec spec;
   spec.kind = *parse_pipeline_schedule(job.parallel.pipeline_schedule);  // the config accepts only known names
   spec.pp = layout.pp;
   spec.virtual_stages = layout.virtual_stages;
-  spec.microbatches = int(t.global_batch_size / (int64_t(layout.dp) * t.micro_batch_size));
+  // Shown for a validated layout (batch-dp checked), within schedule_size's bound: value() cannot throw.
+  spec.microbatches = int(batch_geometry(job.training, layout, static_cast<std::string*>(nullptr)).value().microbatches);
   ScheduleView v{generate_schedule(spec), ScheduleCosts{}, {}};
   v.timeline = simulate_schedule(v.table, v.costs);
   return v;
