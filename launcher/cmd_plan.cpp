@@ -213,12 +213,12 @@ int cmd_plan(int argc, char** argv) {
     RankMap map(*layout, cluster);
     std::vector<std::string> warnings = res.warnings;
     const int network = static_cast<int>(Link::network);
-    if (GroupSummary tp = cli::summarize_group_streamed(map, GroupKind::tp); tp.by_link[network] > 0)
+    if (GroupSummary tp = summarize_group(map, GroupKind::tp); tp.by_link[network] > 0)
       warnings.push_back(std::to_string(tp.by_link[network]) + " of " + std::to_string(tp.count) +
                          " TP groups cross the network with order " + layout->order.str() +
                          "; put tp first in parallel.order");
     if (layout->ep > 1) {
-      if (GroupSummary ep = cli::summarize_group_streamed(map, GroupKind::ep); ep.by_link[network] > 0)
+      if (GroupSummary ep = summarize_group(map, GroupKind::ep); ep.by_link[network] > 0)
         warnings.push_back("EP all-to-all crosses the network in " + std::to_string(ep.by_link[network]) + " of " +
                            std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
     }

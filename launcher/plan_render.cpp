@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "meshrun/geometry.hpp"
 #include "meshrun/json.hpp"
 #include "meshrun/limits.hpp"
 
@@ -114,10 +115,10 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
     if (auto layers = chunk_layers(job.model.layers, l.pp * l.virtual_stages))
       o << "pipeline  " << l.pp << " stage" << (l.pp == 1 ? "" : "s") << " × " << l.virtual_stages << " chunk"
         << (l.virtual_stages == 1 ? "" : "s") << "; " << layer_summary(*layers) << "\n";
-    int64_t micro = job.training.global_batch_size / (int64_t(l.dp) * job.training.micro_batch_size);
-    o << "batch     " << job.training.global_batch_size << " sequences × " << job.training.seq_len
-      << " tokens per step; " << micro << " micro-batch" << (micro == 1 ? "" : "es") << " of "
-      << job.training.micro_batch_size << " per DP rank\n";
+    // validate() passed, so the batch cuts over the layout (batch-dp, seq-cp, seq-sp): value() cannot throw.
+    const BatchGeometry g = batch_geometry(job.training, l, static_cast<std::string*>(nullptr)).value();
+    o << "batch     " << g.global_batch << " sequences × " << g.seq_len << " tokens per step; " << g.microbatches
+      << " micro-batch" << (g.microbatches == 1 ? "" : "es") << " of " << g.micro_batch_size << " per DP rank\n";
   }
 
   o << "\nvalues (source)\n";
@@ -158,7 +159,7 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
 
   o << "\ngroups\n    " << pad("axis", 7) << pad("size", 7, true) << pad("count", 8, true) << "  link\n";
   for (GroupKind kind : kGroupKinds) {
-    const GroupSummary s = summarize_group_streamed(map, kind);
+    const GroupSummary s = summarize_group(map, kind);
     std::string links;
     const Link order[] = {Link::self, Link::nvlink, Link::pcie, Link::network};
     for (Link ln : order) {
@@ -176,25 +177,6 @@ void render_plan_table(std::ostream& o, const PlanView& v) {
     o << "\n";
     for (const auto& w : v.warnings) o << "  - " << w << "\n";
   }
-}
-
-GroupSummary summarize_group_streamed(const RankMap& map, GroupKind kind,
-                                      const std::function<void(const std::vector<int>&)>& each) {
-  GroupSummary s;
-  s.kind = kind;
-  s.size = map.grid().group_size(kind);
-  // A group is met first at its smallest member, the rank no earlier group holds: the order of
-  // RankGrid::groups (by first member), one group at a time.
-  std::vector<bool> seen(size_t(map.world()), false);
-  for (int r = 0; r < map.world(); ++r) {
-    if (seen[r]) continue;
-    const std::vector<int> g = map.grid().group_of(r, kind);
-    for (int member : g) seen[member] = true;
-    ++s.count;
-    ++s.by_link[static_cast<int>(map.link_of(g))];
-    if (each) each(g);
-  }
-  return s;
 }
 
 void render_plan_json_body(JsonWriter& j, const PlanView& v, const std::function<void()>& flush) {
@@ -270,7 +252,7 @@ void render_plan_json_body(JsonWriter& j, const PlanView& v, const std::function
   j.key("groups").begin_object();
   for (GroupKind k : kGroupKinds) {
     j.key(group_name(k)).begin_array();
-    summaries.push_back(summarize_group_streamed(map, k, [&](const std::vector<int>& g) {
+    summaries.push_back(summarize_group(map, k, [&](const std::vector<int>& g) {
       text.assign(1, '[');
       for (size_t i = 0; i < g.size(); ++i) {
         if (i) text += ',';
@@ -312,12 +294,12 @@ std::string schedule_view_problem(const Config& cfg, const Layout& layout) {
 }
 
 ScheduleView make_schedule_view(const JobConfig& job, const Layout& layout) {
-  const TrainingSpec& t = job.training;
   ScheduleSpec spec;
   spec.kind = *parse_pipeline_schedule(job.parallel.pipeline_schedule);  // the config accepts only known names
   spec.pp = layout.pp;
   spec.virtual_stages = layout.virtual_stages;
-  spec.microbatches = int(t.global_batch_size / (int64_t(layout.dp) * t.micro_batch_size));
+  // Shown for a validated layout (batch-dp checked), within schedule_size's bound: value() cannot throw.
+  spec.microbatches = int(batch_geometry(job.training, layout, static_cast<std::string*>(nullptr)).value().microbatches);
   ScheduleView v{generate_schedule(spec), ScheduleCosts{}, {}};
   v.timeline = simulate_schedule(v.table, v.costs);
   return v;

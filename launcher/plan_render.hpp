@@ -32,12 +32,6 @@ void render_plan_table(std::ostream& out, const PlanView& v);
 // `flush` (optional) is called between ranks and between groups, where the writer's text so far may be
 // written out and cleared: the caller streams a plan of a million GPUs instead of holding it whole.
 void render_plan_json_body(JsonWriter& j, const PlanView& v, const std::function<void()>& flush = {});
-// summarize_group (rank_map.hpp) holding one group at a time instead of all of them (RankGrid::groups): the
-// same groups in the same order (by first member), the same summary. For the dry run's sizes (a million
-// single-rank CP groups are 56 MB as vectors).
-GroupSummary summarize_group_streamed(const RankMap& map, GroupKind kind,
-                                      const std::function<void(const std::vector<int>&)>& each = {});
-
 // `meshrun plan --schedule`: the layout's pipeline schedule (mesh's generator) simulated with unit costs,
 // F = B = W = 1 per chunk (a fused BW costs 2) and free transfers, so each column of the timeline is one
 // time unit.

@@ -473,28 +473,22 @@ std::string render_svg(const std::vector<MetricsFile>& files, const PlotOptions&
   y += 22;
   const double height = y + kMargin;
 
-  std::string out;
-  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" + num(height) +
-         "\" viewBox=\"0 0 " + num(kWidth) + " " + num(height) +
-         "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
-  out += "<style>\n"
-         ".title{font-size:17px;font-weight:bold;fill:#1d1d1f}\n"
-         ".panel{font-size:13px;font-weight:bold;fill:#333}\n"
-         ".legend{font-size:12.5px;fill:#222}\n"
-         ".note{font-size:11px;fill:#555}\n"
-         ".tick{font-size:11px;fill:#555}\n"
-         ".axis{font-size:12px;fill:#333}\n"
-         ".end{text-anchor:end}\n"
-         ".mid{text-anchor:middle}\n"
-         ".frame{fill:#fff;stroke:#9aa0a6;stroke-width:1}\n"
-         ".grid{stroke:#e6e6e6;stroke-width:1}\n"
-         ".curve{fill:none;stroke-width:1.8;stroke-linejoin:round;stroke-linecap:round}\n"
-         ".swatch{stroke-width:3}\n"
-         ".eval{fill:#fff;stroke-width:1.6}\n"
-         ".resume{stroke-width:1.2;stroke-dasharray:2 3}\n"
-         ".estimate{stroke:#222;stroke-width:1.4;stroke-dasharray:7 4}\n"
-         "</style>\n"
-         "<rect width=\"100%\" height=\"100%\" fill=\"#fbfbfd\"/>\n";
+  std::string out = svg_preamble(num(kWidth), num(height),
+                                 ".title{font-size:17px;font-weight:bold;fill:#1d1d1f}\n"
+                                 ".panel{font-size:13px;font-weight:bold;fill:#333}\n"
+                                 ".legend{font-size:12.5px;fill:#222}\n"
+                                 ".note{font-size:11px;fill:#555}\n"
+                                 ".tick{font-size:11px;fill:#555}\n"
+                                 ".axis{font-size:12px;fill:#333}\n"
+                                 ".end{text-anchor:end}\n"
+                                 ".mid{text-anchor:middle}\n"
+                                 ".frame{fill:#fff;stroke:#9aa0a6;stroke-width:1}\n"
+                                 ".grid{stroke:#e6e6e6;stroke-width:1}\n"
+                                 ".curve{fill:none;stroke-width:1.8;stroke-linejoin:round;stroke-linecap:round}\n"
+                                 ".swatch{stroke-width:3}\n"
+                                 ".eval{fill:#fff;stroke-width:1.6}\n"
+                                 ".resume{stroke-width:1.2;stroke-dasharray:2 3}\n"
+                                 ".estimate{stroke:#222;stroke-width:1.4;stroke-dasharray:7 4}\n");
   out += d.body;
   out += "</svg>\n";
   return out;

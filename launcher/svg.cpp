@@ -36,6 +36,18 @@ std::string svg_escape(const std::string& s) {
   return o;
 }
 
+std::string svg_preamble(const std::string& width, const std::string& height, std::string_view style_rules,
+                         std::string_view defs) {
+  std::string out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + width + "\" height=\"" + height +
+                    "\" viewBox=\"0 0 " + width + " " + height +
+                    "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n<style>\n";
+  out += style_rules;
+  out += "</style>\n";
+  out += defs;
+  out += "<rect width=\"100%\" height=\"100%\" fill=\"#fbfbfd\"/>\n";
+  return out;
+}
+
 namespace {
 
 // Light, distinguishable fills: a qualitative palette for short pipelines, evenly spaced hues beyond.
@@ -382,25 +394,21 @@ void render_svg(std::ostream& out, const RankMap& map, const Config& cfg, const 
   }
   int height = y + kMargin;
 
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-      << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
-      << "<style>\n"
-      << ".title{font-size:17px;font-weight:bold;fill:#1d1d1f}\n"
-      << ".section{font-size:13px;font-weight:bold;fill:#333}\n"
-      << ".small{font-size:11px;fill:#444}\n"
-      << ".host{font-size:12px;font-weight:bold;fill:#222}\n"
-      << ".axis{font-size:10px;fill:#666;text-anchor:middle}\n"
-      << ".end{text-anchor:end}\n"
-      << ".gpu{stroke:#5f6b7a;stroke-width:0.8}\n"
-      << ".rank{font-size:14px;font-weight:bold;fill:#1d1d1f;text-anchor:middle}\n"
-      << ".coord{font-size:9.5px;fill:#333;text-anchor:middle}\n"
-      << ".tp{fill:none;stroke:#1d3557;stroke-width:2.5}\n"
-      << ".split{stroke:#c1121f;stroke-dasharray:6 3}\n"
-      << "g:hover .gpu{stroke:#000;stroke-width:2}\n"
-      << ".act{stroke:#fff;stroke-width:0.6}\n"
-      << ".act-label{font-size:10px;fill:#fff;text-anchor:middle}\n"
-      << "</style>\n"
-      << "<rect width=\"100%\" height=\"100%\" fill=\"#fbfbfd\"/>\n"
+  out << svg_preamble(std::to_string(width), std::to_string(height),
+                      ".title{font-size:17px;font-weight:bold;fill:#1d1d1f}\n"
+                      ".section{font-size:13px;font-weight:bold;fill:#333}\n"
+                      ".small{font-size:11px;fill:#444}\n"
+                      ".host{font-size:12px;font-weight:bold;fill:#222}\n"
+                      ".axis{font-size:10px;fill:#666;text-anchor:middle}\n"
+                      ".end{text-anchor:end}\n"
+                      ".gpu{stroke:#5f6b7a;stroke-width:0.8}\n"
+                      ".rank{font-size:14px;font-weight:bold;fill:#1d1d1f;text-anchor:middle}\n"
+                      ".coord{font-size:9.5px;fill:#333;text-anchor:middle}\n"
+                      ".tp{fill:none;stroke:#1d3557;stroke-width:2.5}\n"
+                      ".split{stroke:#c1121f;stroke-dasharray:6 3}\n"
+                      "g:hover .gpu{stroke:#000;stroke-width:2}\n"
+                      ".act{stroke:#fff;stroke-width:0.6}\n"
+                      ".act-label{font-size:10px;fill:#fff;text-anchor:middle}\n")
       << cv.body.str() << "</svg>\n";
 }
 

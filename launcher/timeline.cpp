@@ -458,26 +458,21 @@ std::string render_timeline_svg(const Trace& t, const Comparison& c, const std::
   y += 22;
   const double height = y + kMargin;
 
-  std::string out;
-  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" + num(height) +
-         "\" viewBox=\"0 0 " + num(kWidth) + " " + num(height) +
-         "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
-  out += "<style>\n"
-         ".title{font-size:17px;font-weight:bold;fill:#1d1d1f}\n"
-         ".panel{font-size:13.5px;font-weight:bold;fill:#222}\n"
-         ".row{font-size:12px;fill:#222}\n"
-         ".note{font-size:11px;fill:#555}\n"
-         ".lab{font-size:10.5px;fill:#fff;text-anchor:middle;font-weight:bold}\n"
-         ".ticklab{font-size:10.5px;fill:#555}\n"
-         ".tick{stroke:#888;stroke-width:1}\n"
-         ".act{stroke:#fff;stroke-width:0.6}\n"
-         ".mid{text-anchor:middle}\n"
-         ".end{text-anchor:end}\n"
-         "</style>\n"
-         "<defs><pattern id=\"outside\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
-         "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f4f4f7\"/><line x1=\"0\" y1=\"0\" "
-         "x2=\"0\" y2=\"6\" stroke=\"#cfcfd8\" stroke-width=\"2\"/></pattern></defs>\n"
-         "<rect width=\"100%\" height=\"100%\" fill=\"#fbfbfd\"/>\n";
+  std::string out = svg_preamble(
+      num(kWidth), num(height),
+      ".title{font-size:17px;font-weight:bold;fill:#1d1d1f}\n"
+      ".panel{font-size:13.5px;font-weight:bold;fill:#222}\n"
+      ".row{font-size:12px;fill:#222}\n"
+      ".note{font-size:11px;fill:#555}\n"
+      ".lab{font-size:10.5px;fill:#fff;text-anchor:middle;font-weight:bold}\n"
+      ".ticklab{font-size:10.5px;fill:#555}\n"
+      ".tick{stroke:#888;stroke-width:1}\n"
+      ".act{stroke:#fff;stroke-width:0.6}\n"
+      ".mid{text-anchor:middle}\n"
+      ".end{text-anchor:end}\n",
+      "<defs><pattern id=\"outside\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+      "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f4f4f7\"/><line x1=\"0\" y1=\"0\" "
+      "x2=\"0\" y2=\"6\" stroke=\"#cfcfd8\" stroke-width=\"2\"/></pattern></defs>\n");
   out += body;
   out += "</svg>\n";
   return out;

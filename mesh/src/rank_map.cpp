@@ -154,10 +154,8 @@ int RankGrid::index_in_group(int rank, GroupKind kind) const {
   return static_cast<int>(std::lower_bound(g.begin(), g.end(), rank) - g.begin());
 }
 
-std::vector<std::vector<int>> RankGrid::groups(GroupKind kind) const {
-  std::vector<std::vector<int>> out;
-  int size = group_size(kind);
-  out.reserve(world_ / std::max(1, size));
+void RankGrid::for_each_group(GroupKind kind, const std::function<void(const std::vector<int>&)>& each) const {
+  // A group is met at its smallest member: the rank whose coordinate on the group's axes is 0.
   for (int r = 0; r < world_; ++r) {
     Coord c = coords(r);
     bool first = false;
@@ -170,8 +168,14 @@ std::vector<std::vector<int>> RankGrid::groups(GroupKind kind) const {
       case GroupKind::ep: first = c.ep == 0; break;   // rank grows with the (cp, dp) index, so ep = 0 is the
       case GroupKind::edp: first = c.edp == 0; break; // smallest member
     }
-    if (first) out.push_back(group_of(r, kind));
+    if (first) each(group_of(r, kind));
   }
+}
+
+std::vector<std::vector<int>> RankGrid::groups(GroupKind kind) const {
+  std::vector<std::vector<int>> out;
+  out.reserve(world_ / std::max(1, group_size(kind)));
+  for_each_group(kind, [&](const std::vector<int>& g) { out.push_back(g); });
   return out;
 }
 
@@ -212,11 +216,11 @@ GroupSummary summarize_group(const RankMap& map, GroupKind kind,
   GroupSummary s;
   s.kind = kind;
   s.size = map.grid().group_size(kind);
-  for (const auto& g : map.grid().groups(kind)) {
+  map.grid().for_each_group(kind, [&](const std::vector<int>& g) {
     ++s.count;
     ++s.by_link[static_cast<int>(map.link_of(g))];
     if (each) each(g);
-  }
+  });
   return s;
 }
 

@@ -83,6 +83,15 @@ int bytes_of(const std::string& dtype, const char* key) {
 }
 }  // namespace
 
+int activation_dtype_bytes(const TrainingSpec& t) {
+  if (t.device == "cuda") return bytes_of(t.param_dtype, "param_dtype");  // the CUDA backend stores param_dtype
+  if (t.dtype == "fp32" || t.dtype == "fp64" || t.dtype == "bf16") return dtype_bytes(t.dtype);
+  throw ConfigError("training.dtype = \"" + t.dtype + "\" is not a precision meshrun-train runs on " + t.device +
+                    "; use fp32, fp64 or bf16");
+}
+
+int statistics_dtype_bytes(const TrainingSpec& t) { return t.device != "cuda" && t.dtype == "fp64" ? 8 : 4; }
+
 CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
     : m_(cfg.model), hw_(hw), k_(cost_constants()), seq_(cfg.training.seq_len),
       global_batch_(cfg.training.global_batch_size),
@@ -90,6 +99,8 @@ CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
       pb_(bytes_of(cfg.training.param_dtype, "param_dtype")),
       gb_(bytes_of(cfg.training.grad_dtype, "grad_dtype")),
       ob_(bytes_of(cfg.training.optim_dtype, "optim_dtype")),
+      act_(activation_dtype_bytes(cfg.training)),
+      stat_(statistics_dtype_bytes(cfg.training)),
       p_(count_params(cfg.model)),
       params_total_(p_.total(cfg.model.layers)),
       capacity_(hw.memory_gib * double(1 << 30)),

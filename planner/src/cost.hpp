@@ -3,21 +3,24 @@
 #pragma once
 #include <optional>
 
+#include "meshrun/geometry.hpp"
 #include "meshrun/planner.hpp"
 #include "pipeline.hpp"
 
 namespace meshrun::planner::detail {
 
-// A complete setting: mesh shape plus the knobs the search varies.
+// A complete setting: the layout (mesh shape, virtual stages, ZeRO stage; sequence parallelism on only with
+// tp > 1), the step's batch cut over it (mesh's BatchGeometry: micro-batch size and count, rows per rank),
+// the pipeline schedule and the recomputation the search varies.
 struct Setting {
-  int tp = 1, cp = 1, pp = 1, dp = 1, ep = 1;
-  int virtual_stages = 1;
+  Layout layout;
+  BatchGeometry batch;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  int micro_batch = 1;
-  int zero = 0;
   Recompute recompute = Recompute::none;
-  bool sp = false;
 };
+// The batch geometry of `training` over `layout`; throws ConfigError with mesh's first problem when the batch
+// does not cut over it.
+BatchGeometry setting_batch(const TrainingSpec& training, const Layout& layout);
 
 // Layers held by the first, the last and the most loaded pipeline rank (chunks r, r+pp, ... on rank r).
 struct StageLayers {
@@ -48,6 +51,12 @@ struct Cost {
   bool last_stage = false;  // the memory above is the last stage's
   TimeParts time;
 };
+
+// Bytes per activation and per row statistic of the run, as meshrun-train allocates them (device/src/
+// precision.cpp): on CUDA param_dtype and fp32; on CPU training.dtype (bf16 is mixed: fp32 statistics).
+// Throws ConfigError on a dtype meshrun-train does not run.
+int activation_dtype_bytes(const TrainingSpec& t);
+int statistics_dtype_bytes(const TrainingSpec& t);
 
 // Everything fixed for one config: model arithmetic, hardware, dtypes, batch.
 class CostModel {
@@ -95,7 +104,8 @@ class CostModel {
   int global_batch_;
   bool cp_ring_;            // parallel.cp_comm = "ring" (else Llama 3's all-gather)
   int pb_, gb_, ob_;        // bytes: parameters, gradients, optimizer state
-  int act_ = 2;             // activation bytes (bf16)
+  int act_;                 // activation bytes: the run's precision (activation_dtype_bytes())
+  int stat_;                // per-row statistics (norm rstd, log-sum-exp, logits): fp32, fp64 in an fp64 run
   ParamCount p_;
   int64_t params_total_;
   double capacity_;
@@ -126,7 +136,7 @@ enum class SearchPath { pruned, exhaustive };
 SearchResult search(const JobConfig& cfg, int top_n, SearchPath path);
 
 // Builds the public Estimate from a costed setting.
-Estimate make_estimate(const JobConfig& cfg, const Layout& layout, const Setting& s, const Hardware& hw,
+Estimate make_estimate(const Setting& s, const Hardware& hw,
                        const AxisLinks& links, const StageLayers& layers, const Cost& cost,
                        const CostModel& model);
 

@@ -16,8 +16,8 @@ double CostModel::gemm_bwd(double m, double n, double k, double count) const {
 
 LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const {
   const double peak = hw_.bf16_tflops * 1e12;
-  const double t = s.tp, sp_div = s.sp ? t : 1.0;
-  const double tokens = double(seq_) / s.cp * s.micro_batch;
+  const double t = s.layout.tp, sp_div = s.batch.sequence_parallel ? t : 1.0;
+  const double tokens = double(s.batch.rows_per_microbatch);
   const bool moe = m_.experts > 0;
 
   // One layer, one micro-batch. Each GEMM (and its two backward GEMMs) at its shape's share of the peak:
@@ -31,7 +31,7 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   int used = 2;
   if (moe) {
     // Balanced routing: each local expert gets tokens·top_k·ep/E rows; one grouped GEMM per projection.
-    const double rows = tokens * m_.top_k * s.ep / m_.experts, local = double(m_.experts) / s.ep;
+    const double rows = tokens * m_.top_k * s.layout.ep / m_.experts, local = double(m_.experts) / s.layout.ep;
     gemms[used++] = {tokens, h, double(m_.experts), 1};  // router
     gemms[used++] = {rows, h, glu * moe_ffn / t, local};
     gemms[used++] = {rows, moe_ffn / t, h, local};
@@ -63,22 +63,22 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
 
   // Exposed collectives per layer per micro-batch and direction (backward moves the same volume), each
   // with its start-up latency (ring steps over the group, NCCL's model).
-  const double tp_lat = ring_latency(s.tp, links.tp_islands, links.tp);
-  c.tp = s.tp > 1 ? 4.0 * ((t - 1) / t * tokens * m_.hidden * act_ / bandwidth(links.tp) + tp_lat) : 0.0;
+  const double tp_lat = ring_latency(s.layout.tp, links.tp_islands, links.tp);
+  c.tp = s.layout.tp > 1 ? 4.0 * ((t - 1) / t * tokens * m_.hidden * act_ / bandwidth(links.tp) + tp_lat) : 0.0;
   // CP: one all-gather of K, V (forward) or one reduce-scatter of dK, dV; time() counts how many.
-  const double kv_bytes = double(seq_) * s.micro_batch * 2.0 * m_.kv_heads * m_.head_dim() / t * act_;
-  c.cp = s.cp > 1 ? double(s.cp - 1) / s.cp * kv_bytes / bandwidth(links.cp) +
-                        ring_latency(s.cp, links.cp_islands, links.cp)
+  const double kv_bytes = double(seq_) * double(s.batch.micro_batch_size) * 2.0 * m_.kv_heads * m_.head_dim() / t * act_;
+  c.cp = s.layout.cp > 1 ? double(s.layout.cp - 1) / s.layout.cp * kv_bytes / bandwidth(links.cp) +
+                        ring_latency(s.layout.cp, links.cp_islands, links.cp)
                   : 0.0;
-  if (s.cp > 1 && cp_ring_) {
+  if (s.layout.cp > 1 && cp_ring_) {
     // Ring (the trainer's ContextParallel): cp − 1 hops of one rank's K/V block, each posted before the
     // block in hand is computed. With the zigzag split every hop computes exactly two of the C×C chunk
     // pairs of the rank's 2·cp (C = S/2cp): 1/cp of its attention, so a hop hides behind attn/cp of the
     // forward and 2·attn/cp of the backward. The backward also carries each block's dK/dV home: cp hops
     // after the block's compute, exposed.
-    const double hop = kv_bytes / s.cp / bandwidth(links.cp) + p2p_latency(links.cp);
-    c.cp_fwd = (s.cp - 1) * std::max(0.0, hop - attn_time / s.cp);
-    c.cp_bwd = (s.cp - 1) * std::max(0.0, hop - 2 * attn_time / s.cp) + s.cp * hop;
+    const double hop = kv_bytes / s.layout.cp / bandwidth(links.cp) + p2p_latency(links.cp);
+    c.cp_fwd = (s.layout.cp - 1) * std::max(0.0, hop - attn_time / s.layout.cp);
+    c.cp_bwd = (s.layout.cp - 1) * std::max(0.0, hop - 2 * attn_time / s.layout.cp) + s.layout.cp * hop;
   } else {
     // All-gather: K, V gathered in the forward, gathered again in the backward (only the local shard is
     // saved) and dK, dV reduce-scattered.
@@ -86,8 +86,9 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
     c.cp_bwd = 2 * c.cp;
   }
   const double a2a_bytes = tokens * m_.top_k * m_.hidden * act_ / sp_div;  // dispatch or combine
-  c.ep = (moe && s.ep > 1)
-             ? 2.0 * (double(s.ep - 1) / s.ep * a2a_bytes / bandwidth(links.ep) + p2p_latency(links.ep))
+  c.ep = (moe && s.layout.ep > 1)
+             ? 2.0 * (double(s.layout.ep - 1) / s.layout.ep * a2a_bytes / bandwidth(links.ep) +
+                      p2p_latency(links.ep))
              : 0.0;
   c.head_fwd = gemm_fwd(tokens, double(m_.vocab) / t, h);
   c.head_bwd = gemm_bwd(tokens, double(m_.vocab) / t, h);
@@ -101,15 +102,15 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
 }
 
 void CostModel::add_bubble(const Setting& s, const PipelineCosts& pc, Cost* out) const {
-  if (s.pp == 1) return;
-  const int micro = global_batch_ / (s.dp * s.micro_batch);
-  out->time.pp_bubble += pipeline_.run(s.schedule, s.pp, s.virtual_stages, micro, pc).min_idle;
+  if (s.layout.pp == 1) return;
+  const int micro = int(s.batch.microbatches);
+  out->time.pp_bubble += pipeline_.run(s.schedule, s.layout.pp, s.layout.virtual_stages, micro, pc).min_idle;
 }
 
 double CostModel::bubble_lower_bound(const Setting& s, const PipelineCosts& pc) const {
-  if (s.pp == 1) return 0;
-  const int micro = global_batch_ / (s.dp * s.micro_batch);
-  return pipeline_.idle_lower_bound(s.schedule, s.pp, s.virtual_stages, micro, pc);
+  if (s.layout.pp == 1) return 0;
+  const int micro = int(s.batch.microbatches);
+  return pipeline_.idle_lower_bound(s.schedule, s.layout.pp, s.layout.virtual_stages, micro, pc);
 }
 
 PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers& l, const AxisLinks& links,
@@ -120,9 +121,9 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
 PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers& l, const AxisLinks& links,
                                             const LayerCost& c, Cost* out) const {
   const double selective = s.recompute == Recompute::selective ? c.selective : 0.0;
-  const int micro = global_batch_ / (s.dp * s.micro_batch);
+  const int micro = int(s.batch.microbatches);
   const bool moe = m_.experts > 0;
-  const double t = s.tp;
+  const double t = s.layout.tp;
   const double again = s.recompute == Recompute::full ? 1.0 : 0.0;  // full recompute re-runs the forward
 
   // The slowest rank per micro-batch: most layers, or the last rank's layers plus the output head.
@@ -161,7 +162,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   // bubble. Per layer the forward carries its TP/CP/EP collectives, the backward the rest (recomputation,
   // the backward collectives); W is the weight-gradient GEMMs, which need no communication.
   PipelineCosts pc;
-  if (s.pp > 1) {
+  if (s.layout.pp > 1) {
     pc.f = c.fwd + c.tp + c.cp_fwd + c.ep;
     pc.w = c.bwd_weight;
     pc.b = c.bwd - c.bwd_weight + again * c.fwd + selective + (1 + again) * (c.tp + c.ep) + c.cp_bwd +
@@ -171,7 +172,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
     pc.head_b = c.head_bwd - c.head_bwd_weight;
     pc.transfer = c.p2p;
     // Steady state: each chunk receives activations and sends gradients per micro-batch, overlapped.
-    step.pp_bubble += k_.overlap_cost * micro * 2.0 * s.virtual_stages * c.p2p;
+    step.pp_bubble += k_.overlap_cost * micro * 2.0 * s.layout.virtual_stages * c.p2p;
   }
 
   // Data parallelism: collectives over dp·cp (dense) and the expert-data group, hidden behind the first
@@ -179,11 +180,11 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   // The rank with the most weights: a full middle stage, or an end stage with the embedding / head.
   const double layer_params = p_.attention / t + p_.norms + (moe ? double(p_.router) : p_.mlp / t);
   const double end_params = double(p_.head > 0 ? p_.head : p_.embedding) / t;
-  const int layers_dp = s.pp == 1 ? l.max : std::max({l.max, l.first, l.last});
+  const int layers_dp = s.layout.pp == 1 ? l.max : std::max({l.max, l.first, l.last});
   const double dense_params =
-      s.pp == 1 ? l.max * layer_params + double(p_.embedding + p_.head) / t
+      s.layout.pp == 1 ? l.max * layer_params + double(p_.embedding + p_.head) / t
                 : std::max(l.max * layer_params, std::max(l.first, l.last) * layer_params + end_params);
-  const double expert_params = moe ? layers_dp * (double(m_.experts) / s.ep) * p_.expert / t : 0.0;
+  const double expert_params = moe ? layers_dp * (double(m_.experts) / s.layout.ep) * p_.expert / t : 0.0;
   // A transfer of `comm` seconds behind a compute window: the excess is exposed, the hidden part slows
   // compute by overlap_cost.
   auto behind = [&](double comm, double window) {
@@ -195,19 +196,19 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
     const double bw = bandwidth(link), share = (n - 1) / n;
     const double calls = layers_dp * ring_latency(int(n), islands, link);  // issued per layer (bucket)
     const double ag = params * pb_ * share / bw + calls, rs = params * gb_ * share / bw + calls;
-    switch (s.zero) {
+    switch (s.layout.zero_stage) {
       case 0: return behind(2 * rs, t_b_stage);
       case 1: return behind(rs, t_b_stage) + behind(ag, t_f_stage);
       case 2: return micro * behind(rs, t_b_stage) + behind(ag, t_f_stage);
       default: return micro * (behind(ag, t_f_stage) + behind(ag + rs, t_b_stage));
     }
   };
-  const double n_dp = double(s.dp) * s.cp;
+  const double n_dp = double(s.layout.dp) * s.layout.cp;
   step.dp_comm = dp_exposed(dense_params, n_dp, links.dp_islands, links.dp) +
-                 dp_exposed(expert_params, n_dp / s.ep, links.edp_islands, links.edp);
+                 dp_exposed(expert_params, n_dp / s.layout.ep, links.edp_islands, links.edp);
 
   // Optimizer step: read and write parameters, gradients and optimizer state of the local shard.
-  const double shard = s.zero >= 1 ? n_dp : 1.0;
+  const double shard = s.layout.zero_stage >= 1 ? n_dp : 1.0;
   const double state_bytes = (dense_params + expert_params) / shard * (pb_ + gb_ + ob_ * (2.0 + (pb_ != ob_)));
   step.optimizer = 2 * state_bytes / (hw_.hbm_tbps * 1e12);
   out->time = step;

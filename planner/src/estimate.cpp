@@ -41,7 +41,8 @@ std::string overflow_text(const MemoryParts& m, double capacity) {
       {"activations", m.activations, "set training.recompute = \"selective\" or \"full\", lower micro_batch_size, "
                                      "or add tp/cp/pp"},
       {"logits", m.logits, "lower micro_batch_size or add tp"},
-      {"communication buffers", m.comm_buffers, "lower micro_batch_size or zero_stage"},
+      {"workspaces", m.workspace, "lower micro_batch_size or add tp/cp"},
+      {"ZeRO-3 gathered weights", m.comm_buffers, "lower zero_stage or add tp"},
   };
   const Part* big = &parts[0];
   for (const Part& p : parts)
@@ -51,25 +52,16 @@ std::string overflow_text(const MemoryParts& m, double capacity) {
 }
 }  // namespace
 
-Estimate make_estimate(const JobConfig& cfg, const Layout& layout, const Setting& s, const Hardware& hw,
-                       const AxisLinks& links, const StageLayers& layers, const Cost& cost,
-                       const CostModel& model) {
+Estimate make_estimate(const Setting& s, const Hardware& hw, const AxisLinks& links, const StageLayers& layers,
+                       const Cost& cost, const CostModel& model) {
   Estimate e;
-  e.layout = layout;
-  e.layout.tp = s.tp;
-  e.layout.cp = s.cp;
-  e.layout.pp = s.pp;
-  e.layout.dp = s.dp;
-  e.layout.ep = s.ep;
-  e.layout.virtual_stages = s.virtual_stages;
-  e.layout.zero_stage = s.zero;
-  e.layout.sequence_parallel = s.sp;
-  e.micro_batch_size = s.micro_batch;
-  e.micro_batches = cfg.training.global_batch_size / (s.dp * s.micro_batch);
+  e.layout = s.layout;
+  e.micro_batch_size = int(s.batch.micro_batch_size);
+  e.micro_batches = int(s.batch.microbatches);
   e.schedule = s.schedule;
   e.recompute = s.recompute;
-  e.seq_len = cfg.training.seq_len;
-  e.global_batch_size = cfg.training.global_batch_size;
+  e.seq_len = int(s.batch.seq_len);
+  e.global_batch_size = int(s.batch.global_batch);
   e.hardware = hw;
   e.links = links;
   e.first_stage_layers = layers.first;
@@ -84,13 +76,20 @@ Estimate make_estimate(const JobConfig& cfg, const Layout& layout, const Setting
 
   e.time = cost.time;
   e.step_time_s = cost.time.step();
-  const double world = double(s.tp) * s.cp * s.pp * s.dp;
-  const double tokens = double(cfg.training.seq_len) * cfg.training.global_batch_size;
+  const double world = double(s.layout.world());
+  const double tokens = double(s.batch.seq_len) * double(s.batch.global_batch);
   e.tokens_per_s_per_gpu = tokens / e.step_time_s / world;
   e.model_flops_per_step = model.model_flops_per_step();
   e.tflops_per_gpu = e.model_flops_per_step / e.step_time_s / world / 1e12;
   e.mfu = e.tflops_per_gpu / hw.bf16_tflops;
   return e;
+}
+
+BatchGeometry setting_batch(const TrainingSpec& training, const Layout& layout) {
+  std::string why;
+  auto g = batch_geometry(training, layout, &why);
+  if (!g) throw ConfigError(why);
+  return *g;
 }
 
 bool schedule_within_bound(int64_t global_batch, int64_t micro_batch, int dp, int pp, int v) {
@@ -121,25 +120,19 @@ Estimate estimate(const JobConfig& cfg) {
   if (std::string why = schedule_problem(cfg, *layout); !why.empty()) throw ConfigError(why);
 
   Setting s;
-  s.tp = layout->tp;
-  s.cp = layout->cp;
-  s.pp = layout->pp;
-  s.dp = layout->dp;
-  s.ep = layout->ep;
-  s.virtual_stages = layout->virtual_stages;
+  s.layout = *layout;
+  s.layout.sequence_parallel = layout->sequence_parallel && layout->tp > 1;
+  s.batch = setting_batch(cfg.training, s.layout);
   s.schedule = *parse_pipeline_schedule(cfg.parallel.pipeline_schedule);  // validate() applied the schedule rule
-  s.micro_batch = cfg.training.micro_batch_size;
-  s.zero = layout->zero_stage;
   s.recompute = *parse_recompute(cfg.training.recompute);
-  s.sp = layout->sequence_parallel && layout->tp > 1;
 
   CostModel model(cfg, r.hardware);
-  StageLayers layers = *stage_layers(cfg.model.layers, s.pp, s.virtual_stages);  // validate() checked the split
+  StageLayers layers = *stage_layers(cfg.model.layers, s.layout.pp, s.layout.virtual_stages);  // validate() checked the split
   AxisLinks links = axis_links(*layout, r.cluster);
   Cost cost;
   model.memory(s, layers, &cost);
   model.time(s, layers, links, &cost);
-  return make_estimate(cfg, *layout, s, r.hardware, links, layers, cost, model);
+  return make_estimate(s, r.hardware, links, layers, cost, model);
 }
 
 }  // namespace meshrun::planner

@@ -77,7 +77,8 @@ void estimate_object(JsonWriter& j, const Estimate& e) {
   j.key("memory_gib_per_gpu").begin_object();
   j.field("total", m.total() / kGiB).field("params", m.params / kGiB).field("grads", m.grads / kGiB);
   j.field("optimizer", m.optimizer / kGiB).field("activations", m.activations / kGiB);
-  j.field("logits", m.logits / kGiB).field("comm_buffers", m.comm_buffers / kGiB).field("reserve", m.reserve / kGiB);
+  j.field("logits", m.logits / kGiB).field("workspace", m.workspace / kGiB);
+  j.field("comm_buffers", m.comm_buffers / kGiB).field("reserve", m.reserve / kGiB);
   j.field("capacity", e.memory_capacity_gib).field("stage", e.memory_stage);
   j.end_object();
   j.field("fits", e.fits);
@@ -122,7 +123,8 @@ void print_estimate_table(std::ostream& os, const Estimate& e) {
   mem("optimizer state", m.optimizer);
   mem("activations", m.activations);
   mem("logits", m.logits);
-  mem("communication buffers", m.comm_buffers);
+  mem("workspaces", m.workspace);
+  mem("ZeRO-3 gathered weights", m.comm_buffers);
   mem("reserve", m.reserve);
   os << "    total                   " << pad(fmt("%.2f", m.total() / kGiB), 9) << " of "
      << fmt("%.1f", e.memory_capacity_gib) << (e.fits ? "  fits\n" : "  DOES NOT FIT\n");

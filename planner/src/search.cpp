@@ -124,14 +124,13 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
     res.dropped_settings[int(d)] += n;
     res.settings += n;
   };
+  TrainingSpec batch_spec = t;  // the micro-batch size varies: mesh's batch_geometry cuts the batch for each
   JobConfig check_cfg = cfg;  // the validator reads the micro-batch size and the schedule from the config
   // A setting the search keeps must pass the mesh validator; a refusal is counted and the setting dropped.
-  auto valid = [&](Layout layout, const Setting& s) {
-    layout.virtual_stages = s.virtual_stages;
-    layout.zero_stage = s.zero;
-    check_cfg.training.micro_batch_size = s.micro_batch;
+  auto valid = [&](const Setting& s) {
+    check_cfg.training.micro_batch_size = int(s.batch.micro_batch_size);
     check_cfg.parallel.pipeline_schedule = pipeline_schedule_name(s.schedule);
-    if (validate(check_cfg, layout, cluster).empty()) return true;
+    if (validate(check_cfg, s.layout, cluster).empty()) return true;
     --res.feasible;
     ++res.dropped_settings[int(Drop::validator)];
     return false;
@@ -182,9 +181,11 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
           Shape shape{layout, links, {}};
           int index = 0;
           for (int mb : micro_batches) {
-            const int micro = t.global_batch_size / (dp * mb);
+            batch_spec.micro_batch_size = mb;
+            Setting one{layout, setting_batch(batch_spec, layout), family, Recompute::none};
+            const int micro = int(one.batch.microbatches);
             // One layer's costs depend on the shape and the micro-batch size only (layer_cost).
-            const LayerCost layer = model.layer_cost({tp, cp, pp, dp, ep, 1, family, mb, 0, Recompute::none, sp}, links);
+            const LayerCost layer = model.layer_cost(one, links);
             for (const PipeChoice& pc : pipes) {
               // mesh's schedule rule (micro-batches against pp, interleaved's multiple of pp)
               if (!check_schedule_spec({pc.schedule, pp, pc.v, micro}).empty()) { drop(Drop::microbatches, per_pipe); continue; }
@@ -196,7 +197,11 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
               for (int zero = 0; zero <= zero_max; ++zero)
                 for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
                   ++res.settings;
-                  Candidate cand{{tp, cp, pp, dp, ep, pc.v, pc.schedule, mb, zero, rc, sp}, pc.layers, 0, index++};
+                  Candidate cand{one, pc.layers, 0, index++};
+                  cand.setting.layout.virtual_stages = pc.v;
+                  cand.setting.layout.zero_stage = zero;
+                  cand.setting.schedule = pc.schedule;
+                  cand.setting.recompute = rc;
                   Cost cost;
                   model.memory(cand.setting, pc.layers, &cost);
                   if (cost.memory.total() > model.capacity_bytes()) { ++res.dropped_settings[int(Drop::memory)]; continue; }
@@ -249,7 +254,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
     for (Shape& shape : shapes) {
       std::optional<Best> best;
       for (const Candidate& cand : shape.candidates) {
-        if (!valid(shape.layout, cand.setting)) continue;
+        if (!valid(cand.setting)) continue;
         Best b = cost_of(shape, cand);
         if (!best || better(b, *best)) best = b;
       }
@@ -272,7 +277,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
         if (cand.bound > std::min(stop_at, best ? best->step : stop_at)) break;
         Best b = cost_of(shape, cand);
         if (best && !better(b, *best)) continue;
-        if (!valid(shape.layout, cand.setting)) continue;
+        if (!valid(cand.setting)) continue;
         best = b;
         if (best->step < enough) break;
       }
@@ -293,7 +298,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
       const double stop_at = own_step < inf ? std::max(cut, own_step) : cut;
       if (shape.candidates.front().bound > stop_at) {
         for (const Candidate& cand : shape.candidates)
-          if (valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
+          if (valid(cand.setting)) { ++slower_shapes; break; }
         continue;
       }
       // Outside the top when even its bound is slower than the top's slowest (then stop_at is the own step).
@@ -305,7 +310,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
       } else {
         // Every candidate up to the cut was refused by the validator: the shape counts only if one is valid.
         for (const Candidate& cand : shape.candidates)
-          if (cand.bound > stop_at && valid(shape.layout, cand.setting)) { ++slower_shapes; break; }
+          if (cand.bound > stop_at && valid(cand.setting)) { ++slower_shapes; break; }
       }
     }
   }
@@ -314,12 +319,12 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
   std::sort(bests.begin(), bests.end(), [](const Best& a, const Best& b) {
     if (a.step != b.step) return a.step < b.step;
     if (a.cost.memory.total() != b.cost.memory.total()) return a.cost.memory.total() < b.cost.memory.total();
-    const Setting &x = a.setting, &y = b.setting;
+    const Layout &x = a.setting.layout, &y = b.setting.layout;
     return std::tie(x.tp, x.cp, x.pp, x.dp, x.ep) < std::tie(y.tp, y.cp, y.pp, y.dp, y.ep);
   });
   // The config's own shape (dp = 0 means the rest of the world), for the near-tie report.
   for (size_t i = 0; i < bests.size(); ++i) {
-    const Setting& b = bests[i].setting;
+    const Layout& b = bests[i].setting.layout;
     if (b.tp == own.tp && b.cp == own.cp && b.pp == own.pp && b.dp == own_dp && b.ep == own.ep) {
       res.config_rank = int64_t(i) + 1;
       res.config_gap = bests[i].step / bests.front().step - 1;
@@ -329,10 +334,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
   const size_t n = std::min(bests.size(), size_t(std::max(1, top_n)));
   for (size_t i = 0; i < n; ++i) {
     const Best& b = bests[i];
-    JobConfig chosen = cfg;
-    chosen.training.micro_batch_size = b.setting.micro_batch;
-    Layout layout = *base;
-    res.top.push_back(make_estimate(chosen, layout, b.setting, r.hardware, b.links, b.layers, b.cost, model));
+    res.top.push_back(make_estimate(b.setting, r.hardware, b.links, b.layers, b.cost, model));
   }
   res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   res.pipeline_tables = model.pipeline().tables();

@@ -90,6 +90,7 @@ inline JobConfig llama3_405b_job(int gpus, int tp, int cp, int pp, int seq_len, 
   j.training.global_batch_size = global_batch;
   j.training.micro_batch_size = 1;
   j.training.recompute = "selective";
+  j.training.device = "cuda";  // a GPU run: activations in param_dtype (bf16), as the published runs
   return j;
 }
 

@@ -85,7 +85,8 @@ TEST_CASE("estimate parts add up and throughput follows from the step time", "[p
   JobConfig job = testing::llama3_405b_job(16384, 8, 1, 16, 8192, 2048);
   Estimate e = estimate(job);
   const MemoryParts& m = e.memory;
-  CHECK(m.total() == Approx(m.params + m.grads + m.optimizer + m.activations + m.logits + m.comm_buffers + m.reserve));
+  CHECK(m.total() == Approx(m.params + m.grads + m.optimizer + m.activations + m.logits + m.workspace + m.comm_buffers +
+                            m.reserve));
   CHECK(e.step_time_s == Approx(e.time.step()));
   CHECK(e.tokens_per_s_per_gpu == Approx(2048.0 * 8192 / e.step_time_s / 16384));
   CHECK(e.tflops_per_gpu == Approx(e.model_flops_per_step / e.step_time_s / 16384 / 1e12));
@@ -189,6 +190,7 @@ TEST_CASE("memory: ZeRO stages shard what they promise, overflow names the part"
   small.training.seq_len = 8192;
   small.training.global_batch_size = 8;
   small.training.recompute = "full";
+  small.training.device = "cuda";
   Estimate opt = estimate(small);
   CHECK_FALSE(opt.fits);
   CHECK(opt.overflow.find("optimizer state") == 0);

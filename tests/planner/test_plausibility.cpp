@@ -18,6 +18,7 @@ JobConfig torchtitan_a100(const meshrun::ModelSpec& model, const char* recompute
   j.training.seq_len = 8192;
   j.training.global_batch_size = 64;
   j.training.recompute = recompute;
+  j.training.device = "cuda";  // a GPU run: activations in param_dtype (bf16), as the published runs
   return j;
 }
 }  // namespace
@@ -44,6 +45,7 @@ TEST_CASE("Mixtral 8x7B on H100 within ±25% of Megatron-Core's 438 TFLOP/s", "[
   j.training.seq_len = 4096;
   j.training.global_batch_size = 256;
   j.training.recompute = "selective";
+  j.training.device = "cuda";
   Estimate e = estimate(j);
   CHECK(e.fits);
   CHECK(e.links.ep == meshrun::Link::nvlink);  // EP 8 inside a node
@@ -63,6 +65,7 @@ TEST_CASE("memory of Llama 3.1 8B with FSDP on 8 H100 (torchtitan) within ±15%"
   j.training.global_batch_size = 16;
   j.training.micro_batch_size = 2;
   j.training.recompute = "selective";
+  j.training.device = "cuda";  // torchtitan's bf16 run; as configured for the CPU (fp32) it would not fit
   Estimate e = estimate(j);
   CHECK(e.memory.total() / double(1 << 30) == Approx(82.4).epsilon(0.15));
   CHECK(e.fits);

@@ -109,6 +109,7 @@ TEST_CASE("search over an MoE model uses expert parallelism", "[planner][search]
   job.cluster = testing::dgx("dgx-h100", 64);
   job.training.seq_len = 4096;
   job.training.global_batch_size = 256;
+  job.training.device = "cuda";  // a GPU run: bf16 activations
   SearchResult r = search(job, 5);
   REQUIRE_FALSE(r.top.empty());
   check_returned(job, r);

@@ -49,6 +49,9 @@ class RankGrid {
   int index_in_group(int rank, GroupKind kind) const;
   // All groups of `kind`, each ascending, ordered by their first member. They partition the world.
   std::vector<std::vector<int>> groups(GroupKind kind) const;
+  // The same groups in the same order, one at a time (a million-rank dry run lists them without holding
+  // them all).
+  void for_each_group(GroupKind kind, const std::function<void(const std::vector<int>&)>& each) const;
   int group_size(GroupKind kind) const;
   // The rank whose coordinate on dense `axis` (tp, cp, dp, pp) is `coordinate`, all others as `rank`'s.
   int along(int rank, Axis axis, int coordinate) const;
@@ -111,7 +114,7 @@ struct GroupSummary {
   std::array<int, 4> by_link{};  // number of groups per Link value
 };
 // One kind's summary; `each` (optional) sees every group as it is counted, so callers that also list the
-// groups (the JSON dry run) enumerate them once.
+// groups (the JSON dry run) enumerate them once. Streams (RankGrid::for_each_group): one group held at a time.
 GroupSummary summarize_group(const RankMap& map, GroupKind kind,
                              const std::function<void(const std::vector<int>&)>& each = {});
 std::vector<GroupSummary> summarize_groups(const RankMap& map);

@@ -25,11 +25,14 @@ struct MemoryParts {
   double params = 0;        // model weights held (param_dtype), after ZeRO-3 sharding
   double grads = 0;         // gradients (grad_dtype), after ZeRO-2 sharding
   double optimizer = 0;     // fp32 master weights + Adam m, v (optim_dtype), after ZeRO-1 sharding
-  double activations = 0;   // saved for backward, all micro-batches in flight
-  double logits = 0;        // output-head logits and their gradient (last stage)
-  double comm_buffers = 0;  // gathered TP/CP/ZeRO-3 tensors, P2P and all-to-all buffers
+  double activations = 0;   // saved for backward, all micro-batches in flight (the run's precision)
+  double logits = 0;        // output-head logits of the micro-batches in flight (last stage)
+  double workspace = 0;     // backward buffers, the layer workspace, CP K/V blocks (what meshrun-train allocates)
+  double comm_buffers = 0;  // ZeRO-3's gathered layer weights
   double reserve = 0;       // CUDA context, NCCL, allocator fragmentation (constant)
-  double total() const { return params + grads + optimizer + activations + logits + comm_buffers + reserve; }
+  double total() const {
+    return params + grads + optimizer + activations + logits + workspace + comm_buffers + reserve;
+  }
 };
 
 // Seconds per optimizer step on the slowest pipeline stage; they add up to the step time.
