@@ -211,17 +211,7 @@ int cmd_plan(int argc, char** argv) {
     }
 
     RankMap map(*layout, cluster);
-    std::vector<std::string> warnings = res.warnings;
-    const int network = static_cast<int>(Link::network);
-    if (GroupSummary tp = summarize_group(map, GroupKind::tp); tp.by_link[network] > 0)
-      warnings.push_back(std::to_string(tp.by_link[network]) + " of " + std::to_string(tp.count) +
-                         " TP groups cross the network with order " + layout->order.str() +
-                         "; put tp first in parallel.order");
-    if (layout->ep > 1) {
-      if (GroupSummary ep = summarize_group(map, GroupKind::ep); ep.by_link[network] > 0)
-        warnings.push_back("EP all-to-all crosses the network in " + std::to_string(ep.by_link[network]) + " of " +
-                           std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
-    }
+    const std::vector<std::string>& warnings = res.warnings;
 
     cli::PlanView view{cfg, map, req.template_path, checks, warnings, all, rules, {}, {}};
     // [topology] per-rank NIC and CPU set columns from --topology FILE.xml.

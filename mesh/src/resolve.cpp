@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "meshrun/rank_map.hpp"
 #include "meshrun/site_policy.hpp"
 
 namespace meshrun {
@@ -16,6 +17,16 @@ std::vector<std::string> layout_warnings(const JobConfig& cfg, const Layout& l, 
   if (cfg.site.hca_scope == "rank") w.push_back(hca_rank_warning());
   if (cfg.model.experts > 0 && l.ep == 1)
     w.push_back("MoE model with ep = 1: every rank holds all " + std::to_string(cfg.model.experts) + " experts");
+  // Where the groups land: streamed over the rank map, one group at a time (any world size).
+  const RankMap map(l, cluster);
+  const int network = static_cast<int>(Link::network);
+  if (GroupSummary tp = summarize_group(map, GroupKind::tp); tp.by_link[network] > 0)
+    w.push_back(std::to_string(tp.by_link[network]) + " of " + std::to_string(tp.count) +
+                " TP groups cross the network with order " + l.order.str() + "; put tp first in parallel.order");
+  if (l.ep > 1)
+    if (GroupSummary ep = summarize_group(map, GroupKind::ep); ep.by_link[network] > 0)
+      w.push_back("EP all-to-all crosses the network in " + std::to_string(ep.by_link[network]) + " of " +
+                  std::to_string(ep.count) + " EP groups; keep ep·tp within a node where the model allows");
   return w;
 }
 

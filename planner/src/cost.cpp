@@ -83,14 +83,21 @@ int bytes_of(const std::string& dtype, const char* key) {
 }
 }  // namespace
 
-int activation_dtype_bytes(const TrainingSpec& t) {
-  if (t.device == "cuda") return bytes_of(t.param_dtype, "param_dtype");  // the CUDA backend stores param_dtype
+bool gpu_run(const JobConfig& cfg) {
+  if (cfg.training.device == "cuda") return true;
+  const NodeType* type = find_node_type(cfg.cluster.node_type);
+  return type && type->gpu != "generic";  // a GPU node type: the run is planned for its GPUs, whatever trainer runs it
+}
+
+int activation_dtype_bytes(const JobConfig& cfg) {
+  const TrainingSpec& t = cfg.training;
+  if (gpu_run(cfg)) return bytes_of(t.param_dtype, "param_dtype");  // the CUDA backend stores param_dtype
   if (t.dtype == "fp32" || t.dtype == "fp64" || t.dtype == "bf16") return dtype_bytes(t.dtype);
   throw ConfigError("training.dtype = \"" + t.dtype + "\" is not a precision meshrun-train runs on " + t.device +
                     "; use fp32, fp64 or bf16");
 }
 
-int statistics_dtype_bytes(const TrainingSpec& t) { return t.device != "cuda" && t.dtype == "fp64" ? 8 : 4; }
+int statistics_dtype_bytes(const JobConfig& cfg) { return !gpu_run(cfg) && cfg.training.dtype == "fp64" ? 8 : 4; }
 
 CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
     : m_(cfg.model), hw_(hw), k_(cost_constants()), seq_(cfg.training.seq_len),
@@ -99,8 +106,8 @@ CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
       pb_(bytes_of(cfg.training.param_dtype, "param_dtype")),
       gb_(bytes_of(cfg.training.grad_dtype, "grad_dtype")),
       ob_(bytes_of(cfg.training.optim_dtype, "optim_dtype")),
-      act_(activation_dtype_bytes(cfg.training)),
-      stat_(statistics_dtype_bytes(cfg.training)),
+      act_(activation_dtype_bytes(cfg)),
+      stat_(statistics_dtype_bytes(cfg)),
       p_(count_params(cfg.model)),
       params_total_(p_.total(cfg.model.layers)),
       capacity_(hw.memory_gib * double(1 << 30)),

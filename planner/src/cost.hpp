@@ -52,11 +52,14 @@ struct Cost {
   TimeParts time;
 };
 
+// A run on GPUs: training.device = "cuda", or a cluster of a GPU node type (h100, gb200, …: the template plans
+// for those GPUs even when another trainer runs it). Else the CPU trainer on "generic" nodes.
+bool gpu_run(const JobConfig& cfg);
 // Bytes per activation and per row statistic of the run, as meshrun-train allocates them (device/src/
-// precision.cpp): on CUDA param_dtype and fp32; on CPU training.dtype (bf16 is mixed: fp32 statistics).
+// precision.cpp): on GPUs param_dtype and fp32; on CPU training.dtype (bf16 is mixed: fp32 statistics).
 // Throws ConfigError on a dtype meshrun-train does not run.
-int activation_dtype_bytes(const TrainingSpec& t);
-int statistics_dtype_bytes(const TrainingSpec& t);
+int activation_dtype_bytes(const JobConfig& cfg);
+int statistics_dtype_bytes(const JobConfig& cfg);
 
 // Everything fixed for one config: model arithmetic, hardware, dtypes, batch.
 class CostModel {
