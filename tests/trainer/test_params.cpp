@@ -112,7 +112,7 @@ TEST_CASE("learning rate: training.lr_decay_steps is the schedule's horizon, not
   CHECK(lr_at(longer, 9) != lr_at(planned, 9));  // control: another horizon is another schedule
 }
 
-TEST_CASE("grad_norm is reported unrounded (fp64: sqrt of the gradients' sum of squares); clipping uses its fp32 rounding",
+TEST_CASE("grad_norm is reported unrounded (fp64: sqrt of the gradients' sum of squares) and clipping uses its fp32 rounding",
           "[trainer]") {
   const std::string dir = std::filesystem::temp_directory_path().string() + "/meshrun-test-gradnorm";
   JobConfig cfg = test::small_config(test::make_token_file(dir, 64));
