@@ -446,10 +446,6 @@ bool overlaps(const ManifestPiece& p, std::int64_t r0, std::int64_t c0, std::int
 }
 
 void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_tokens) {
-  if (cfg.training.steps < m.step)
-    throw CheckpointError(m.file + ": the checkpoint is at step " + std::to_string(m.step) + " but training.steps = " +
-                          std::to_string(cfg.training.steps) + "; set training.steps >= " + std::to_string(m.step) +
-                          " or use another checkpoint.dir");
   const json want = must_match(cfg, data_tokens);
   for (const auto& [section, keys] : want.items()) {
     const json& have = field<json>(m.root, section, "", m.file);
