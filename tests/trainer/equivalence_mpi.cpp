@@ -301,9 +301,10 @@ int main(int argc, char** argv) {
   const int B = cfg.training.global_batch_size;
 
   // Single-process references by (layers, sequence length, micro-batch size, fp64); rank 0 only.
-  std::map<std::tuple<int, int, int, bool, int, bool, std::string>, Run> serial;
+  std::map<std::tuple<int, int, int, bool, int, bool, std::string, double>, Run> serial;
   auto reference_of = [&](const JobConfig& jc, int mbs, bool fp64, bool skew = false) -> const Run& {
-    const auto key = std::make_tuple(jc.model.layers, jc.training.seq_len, mbs, fp64, jc.model.experts, skew, jc.model.router_aux);
+    const auto key = std::make_tuple(jc.model.layers, jc.training.seq_len, mbs, fp64, jc.model.experts, skew, jc.model.router_aux,
+                                     jc.model.aux_loss_coef());
     if (!serial.count(key)) {
       Case c{1, 1, 0, mbs, false, fp64};
       c.skew_router = skew;
