@@ -93,7 +93,10 @@ std::vector<Field> make_schema() {
   add(at_most(at_least(field("model.experts", &JobConfig::model, &ModelSpec::experts, V::integer, "experts per MoE layer (0 = dense)"), 0), limits::kExperts));
   add(at_most(at_least(field("model.top_k", &JobConfig::model, &ModelSpec::top_k, V::integer, "experts per token"), 1), limits::kExperts));
   add(at_most(at_least(field("model.moe_ffn_hidden", &JobConfig::model, &ModelSpec::moe_ffn_hidden, V::integer, "expert MLP dimension (0 = ffn_hidden)"), 0), limits::kWidth));
-  add(nonneg(field("model.router_aux_loss_coef", &JobConfig::model, &ModelSpec::router_aux_loss_coef, V::number, "MoE load-balancing loss coefficient")));
+  add(choose(field("model.router_aux", &JobConfig::model, &ModelSpec::router_aux, V::string,
+                   "MoE load-balancing loss convention: meshrun (per layer) | hf (HF Mixtral's, pooled over layers)"), {"meshrun", "hf"}));
+  add(nonneg(field("model.router_aux_loss_coef", &JobConfig::model, &ModelSpec::router_aux_loss_coef, V::number,
+                   "MoE load-balancing loss coefficient (unset: 0.01 for router_aux = meshrun, 0.001 for hf)")));
   add(nonneg(field("model.rope_theta", &JobConfig::model, &ModelSpec::rope_theta, V::number, "RoPE base")));
   add(nonneg(field("model.norm_eps", &JobConfig::model, &ModelSpec::norm_eps, V::number, "RMSNorm epsilon")));
 
@@ -118,6 +121,8 @@ std::vector<Field> make_schema() {
   add(nonneg(field("training.lr", &JobConfig::training, &TrainingSpec::lr, V::number, "peak learning rate")));
   add(nonneg(field("training.min_lr", &JobConfig::training, &TrainingSpec::min_lr, V::number, "final learning rate of the cosine decay")));
   add(at_least(field("training.warmup_steps", &JobConfig::training, &TrainingSpec::warmup_steps, V::integer, "linear warmup steps"), 0));
+  add(at_least(field("training.lr_decay_steps", &JobConfig::training, &TrainingSpec::lr_decay_steps, V::integer,
+                     "learning-rate schedule horizon in steps (0 = training.steps); set it to extend a finished run"), 0));
   add(nonneg(field("training.weight_decay", &JobConfig::training, &TrainingSpec::weight_decay, V::number, "AdamW decoupled weight decay")));
   add(nonneg(field("training.beta1", &JobConfig::training, &TrainingSpec::beta1, V::number, "Adam beta1")));
   add(nonneg(field("training.beta2", &JobConfig::training, &TrainingSpec::beta2, V::number, "Adam beta2")));

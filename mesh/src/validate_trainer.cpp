@@ -14,7 +14,8 @@ std::string s(int64_t v) { return std::to_string(v); }
 
 bool is_trainer_rule(std::string_view name) {
   static constexpr std::string_view kTrainerRules[] = {"rope-head-dim", "expert-width-tp",         "trainer-mlp",
-                                                       "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule"};
+                                                       "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule",
+                                                       "router-aux-pp"};
   return std::find(std::begin(kTrainerRules), std::end(kTrainerRules), name) != std::end(kTrainerRules);
 }
 
@@ -48,6 +49,10 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
   if (!parse_pipeline_schedule(cfg.parallel.pipeline_schedule))
     p.push_back({"pipeline-schedule", "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +
                                           "\" is unknown; use gpipe, 1f1b, interleaved or zb"});
+  check("router-aux-pp");
+  if (m.experts > 0 && m.router_aux == "hf" && l.pp > 1)
+    p.push_back({"router-aux-pp", "model.router_aux = \"hf\" pools the router statistics over all layers, which meshrun-train "
+                                  "does not pass between pipeline stages: use parallel.pp = 1 or model.router_aux = \"meshrun\""});
   return p;
 }
 

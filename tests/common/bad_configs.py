@@ -19,6 +19,8 @@ TABLE = [
      "model.tied_embeddings = true: meshrun-train keeps Llama's untied LM head; set it to false (or plan for another trainer with --for)"),
     ("expert-width-tp", "tiny-moe.toml", {"model": {"moe_ffn_hidden": "129"}, "parallel": {"tp": "2", "ep": "2"}},
      "the expert width (model.moe_ffn_hidden, or ffn_hidden when 0) = 129 is not divisible by tp=2; expert MLPs are split over TP like the dense one: use a tp that divides it"),
+    ("router-aux-pp", "tiny-moe.toml", {"model": {"router_aux": '"hf"'}, "parallel": {"pp": "2", "ep": "2"}},
+     'model.router_aux = "hf" pools the router statistics over all layers, which meshrun-train does not pass between pipeline stages: use parallel.pp = 1 or model.router_aux = "meshrun"'),
     ("kv-heads-tp", "tiny.toml", {"model": {"kv_heads": "1"}},
      "model.kv_heads=1 is not divisible by tp=2; each TP rank needs whole KV heads (GQA): use tp in {1}"),
     ("layers-pp", "tiny.toml", {"model": {"layers": "5"}, "parallel": {"tp": "1", "pp": "2"}},

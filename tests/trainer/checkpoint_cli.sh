@@ -83,7 +83,8 @@ expect 0 "resuming from $DIR/ref/step-24" "another layout (tp 1 × dp 4, ZeRO-3)
   --set checkpoint.dir="$DIR/ref" --set parallel.tp=1 --set parallel.zero_stage=3
 
 # 4. Bad checkpoints: one line naming the file and the setting or tensor, exit 2.
-expect 2 "manifest.json: training.steps = 24 in the checkpoint but 30 in this run" "another training.steps is refused" -- \
+expect 2 "manifest.json: the learning-rate schedule's horizon (training.lr_decay_steps, or training.steps when unset) = 24 in the checkpoint but 30 in this run" \
+  "another training.steps without training.lr_decay_steps is refused (the schedule would change)" -- \
   "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set training.steps=30 --set checkpoint.dir="$DIR/ref"
 cp -r "$DIR/ref" "$DIR/bad"
 shard=$DIR/bad/step-24/rank-00003.safetensors

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       t.lr = tr.at("lr");
       t.min_lr = tr.at("min_lr");
       t.warmup_steps = tr.at("warmup_steps");
-      t.steps = tr.at("steps");
+      t.lr_decay_steps = tr.contains("lr_decay_steps") ? tr.at("lr_decay_steps") : tr.at("steps");
       const int step = m.at("step");
       m["lr_schedule"] = {{"completed_steps", step}, {"next_lr", meshrun::train::lr_at(t, step)}};
       continue;

@@ -42,6 +42,7 @@ ModelSpec tiny_moe_model() {
 struct Setup {
   ModelSpec spec;
   double aux_coef = 0;  // MoE: the load-balancing loss's weight (large, so its gradient matters)
+  bool pooled = false;  // MoE: model.router_aux = "hf" (statistics pooled over the layers)
   ParamTable table = build_param_table(spec, 1, 0);
   std::unique_ptr<device::Backend> backend = device::strict_backend_requested() ? device::make_strict_cpu_backend("fp64")
                                                                              : device::make_cpu_backend("fp64");
@@ -94,6 +95,8 @@ struct Setup {
     e.ffn = spec.moe_ffn_hidden;
     e.tokens = S * mbs;
     e.aux_coef = aux_coef;
+    e.pooled = pooled;
+    e.layers = spec.layers;
     e.stats = &stats;
     return e;
   }();
@@ -108,8 +111,8 @@ struct Setup {
     backend->upload(stage.targets(0), tgt.data());
   }
 
-  explicit Setup(ModelSpec m = tiny_model(), double coef = 0) : spec(m), aux_coef(coef) {
-    stats.reset(spec.layers, spec.experts);
+  explicit Setup(ModelSpec m = tiny_model(), double coef = 0, bool hf = false) : spec(m), aux_coef(coef), pooled(hf) {
+    reset_stats();
     ws.resize(*backend, dims, false);
     for (std::size_t u = 0; u < table.units.size(); ++u) {
       std::vector<double> buf(table.units[u].size);
@@ -123,10 +126,12 @@ struct Setup {
     }
   }
   // Language-model loss plus the load-balancing loss (zero for a dense model).
+  void reset_stats() { stats.reset(spec.layers, spec.experts, pooled ? 1 : 0); }
   double loss() {
     load();
-    stats.reset(spec.layers, spec.experts);
+    reset_stats();
     double l = stage.forward(0) * scale;
+    if (pooled) l += pooled_aux_loss(epc);
     for (double a : stats.aux) l += a;
     stage.discard(0);
     return l;
@@ -148,6 +153,7 @@ double rel_error(const std::vector<double>& a, const std::vector<double>& n) {
 std::vector<std::vector<double>> analytic(Setup& s, double scale) {
   s.store.zero_grads();
   s.load();
+  s.reset_stats();
   s.stage.forward(0);
   s.stage.backward_input(0, scale);
   s.stage.backward_weight(0);
@@ -256,4 +262,28 @@ TEST_CASE("MoE gradient check detects a missing aux-loss gradient", "[trainer][g
   std::vector<double> ta(a[u].begin() + r.offset, a[u].begin() + r.offset + r.numel());
   std::vector<double> tn(n[u].begin() + r.offset, n[u].begin() + r.offset + r.numel());
   CHECK(rel_error(ta, tn) > 1e-3);
+}
+
+// model.router_aux = "hf": the aux loss of the statistics pooled over both layers (HF Mixtral's
+// load_balancing_loss_func); its ∂/∂p reaches each layer's router from the pool in the backward.
+TEST_CASE("MoE float64 gradient check with router_aux = hf (pooled over layers) within 1e-6", "[trainer][gradcheck][moe]") {
+  Setup s(tiny_moe_model(), 0.5, true);
+  REQUIRE(s.spec.layers == 2);
+  const auto a = analytic(s, s.scale);
+  const auto n = numeric(s);
+  for (std::size_t u = 0; u < a.size(); ++u)
+    for (const TensorSlot& t : s.table.units[u].tensors) {
+      std::vector<double> ta(a[u].begin() + t.offset, a[u].begin() + t.offset + t.numel());
+      std::vector<double> tn(n[u].begin() + t.offset, n[u].begin() + t.offset + t.numel());
+      INFO(t.name);
+      CHECK(rel_error(ta, tn) <= 1e-6);
+    }
+  CHECK(pooled_aux_loss(s.epc) > 0);
+  // Negative: the meshrun convention's backward against the hf loss misses on the routers.
+  Setup per_layer(tiny_moe_model(), 0.5, false);
+  const auto b = analytic(per_layer, per_layer.scale);
+  const int u = s.table.layer_unit(0);
+  const TensorSlot& r = s.table.units[u].tensors[kRouter];
+  CHECK(rel_error(std::vector<double>(b[u].begin() + r.offset, b[u].begin() + r.offset + r.numel()),
+                  std::vector<double>(n[u].begin() + r.offset, n[u].begin() + r.offset + r.numel())) > 1e-3);
 }

@@ -2,11 +2,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
+#include "fixture.hpp"
 #include "meshrun/device/bf16.hpp"
 #include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/data/data.hpp"
 #include "meshrun/train/model/params.hpp"
 #include "meshrun/train/run/trainer.hpp"
 #include "meshrun/train/parallel/zero.hpp"
@@ -92,6 +95,47 @@ TEST_CASE("learning rate: linear warmup then cosine to min_lr", "[trainer]") {
   CHECK(lr_at(t, 9) < 1.0);
   CHECK(lr_at(t, 9) > 0.1);
   CHECK(lr_at(t, 8) > lr_at(t, 9));
+}
+
+TEST_CASE("learning rate: training.lr_decay_steps is the schedule's horizon, not steps", "[trainer]") {
+  TrainingSpec planned, extended, longer;
+  planned.lr = extended.lr = longer.lr = 1.0;
+  planned.min_lr = extended.min_lr = longer.min_lr = 0.1;
+  planned.warmup_steps = extended.warmup_steps = longer.warmup_steps = 4;
+  planned.steps = 14;                                   // lr_decay_steps unset: the horizon is steps
+  extended.steps = 40, extended.lr_decay_steps = 14;    // the same run extended to 40 steps
+  longer.steps = 40;                                    // a 40-step schedule
+  CHECK(planned.decay_horizon() == 14);
+  CHECK(extended.decay_horizon() == 14);
+  for (int s = 0; s < 14; ++s) CHECK(lr_at(extended, s) == lr_at(planned, s));  // bit for bit
+  for (int s = 13; s < 40; ++s) CHECK(lr_at(extended, s) == 0.1);               // min_lr past the horizon
+  CHECK(lr_at(longer, 9) != lr_at(planned, 9));  // control: another horizon is another schedule
+}
+
+TEST_CASE("grad_norm is reported unrounded (fp64: sqrt of the gradients' sum of squares) and clipping uses its fp32 rounding",
+          "[trainer]") {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/meshrun-test-gradnorm";
+  JobConfig cfg = test::small_config(test::make_token_file(dir, 64));
+  cfg.training.dtype = "fp64";
+  const TokenFile file(cfg.data.path, cfg.data.token_dtype, cfg.model.vocab, cfg.training.seq_len, cfg.training.global_batch_size);
+  const BatchSchedule sched(file, cfg.training.seq_len, cfg.training.global_batch_size, cfg.data.shuffle, cfg.training.seed);
+  const RankGrid grid(Layout{});
+  Groups g = make_local_groups();
+  Trainer<double> t(cfg, grid, 0, g);
+  t.init_params();
+  for (int s = 0; s < 3; ++s) {
+    const StepStats st = t.step(s, sched);
+    double sumsq = 0;  // the reduced gradients, recomputed here tensor by tensor
+    for (const auto& [name, v] : t.gather_grads())
+      for (double x : v) sumsq += x * x;
+    const double want = std::sqrt(sumsq), fp32_rounded = static_cast<float>(st.grad_norm);
+    INFO("step " << s + 1 << ": grad_norm " << st.grad_norm << ", recomputed " << want);
+    CHECK(std::abs(st.grad_norm - want) <= 1e-14 * want);  // summation order only
+    // The old fp32-rounded report would fail the bound above (rounding to fp32 moves it by up to 6e-8).
+    CHECK(st.grad_norm != fp32_rounded);
+    CHECK(std::abs(fp32_rounded - want) > 1e-14 * want);
+  }
+  std::filesystem::remove(cfg.data.path);
 }
 
 TEST_CASE("loss is normalized by the global number of target tokens", "[trainer]") {

@@ -27,7 +27,12 @@ struct ModelSpec {
   int experts = 0;           // 0 = dense
   int top_k = 1;
   int moe_ffn_hidden = 0;    // 0 = ffn_hidden
-  double router_aux_loss_coef = 0.01;  // load-balancing loss weight (Mixtral/HF default)
+  // MoE load-balancing loss: "meshrun" (per layer E·Σᵢ fᵢ·Pᵢ with fᵢ the share of the k·T assignments,
+  // summed over layers; default 0.01) or "hf" (Hugging Face Mixtral's load_balancing_loss_func: fᵢ, Pᵢ
+  // pooled over all layers' router outputs, fᵢ summed over the k slots; HF's default 0.001). docs/trainer.md.
+  std::string router_aux = "meshrun";
+  double router_aux_loss_coef = -1;  // weight; -1 (unset) = router_aux's default above
+  double aux_loss_coef() const { return router_aux_loss_coef >= 0 ? router_aux_loss_coef : router_aux == "hf" ? 0.001 : 0.01; }
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   int head_dim() const { return hidden / heads; }
@@ -72,6 +77,8 @@ struct TrainingSpec {
   double lr = 3e-4;
   double min_lr = 0.0;
   int warmup_steps = 0;
+  int lr_decay_steps = 0;             // the schedule's horizon (warmup + decay); 0 = steps. Set it to extend a run.
+  int decay_horizon() const { return lr_decay_steps > 0 ? lr_decay_steps : steps; }
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double grad_clip = 1.0;             // 0 = off

@@ -74,7 +74,7 @@ json must_match(const JobConfig& c, std::int64_t data_tokens) {
                {{"dtype", t.dtype},
                 {"seq_len", t.seq_len},
                 {"global_batch_size", t.global_batch_size},
-                {"steps", t.steps},
+                {"lr_decay_steps", t.decay_horizon()},  // the schedule's horizon; training.steps may grow
                 {"lr", t.lr},
                 {"min_lr", t.min_lr},
                 {"warmup_steps", t.warmup_steps},
@@ -132,6 +132,12 @@ V field(const json& j, const std::string& key, const std::string& where, const s
       throw wrong();
     }
   }
+}
+
+// The saved schedule's horizon: training.lr_decay_steps, or training.steps in manifests written before it existed.
+int saved_decay_horizon(const json& training, const std::string& file) {
+  return training.contains("lr_decay_steps") ? field<int>(training, "lr_decay_steps", "training.", file)
+                                             : field<int>(training, "steps", "training.", file);
 }
 
 }  // namespace
@@ -227,7 +233,7 @@ void check_consistency(const Manifest& m) {
     t.lr = field<double>(training, "lr", "training.", m.file);
     t.min_lr = field<double>(training, "min_lr", "training.", m.file);
     t.warmup_steps = field<int>(training, "warmup_steps", "training.", m.file);
-    t.steps = field<int>(training, "steps", "training.", m.file);
+    t.lr_decay_steps = saved_decay_horizon(training, m.file);
     const double next_lr = field<double>(s, "next_lr", "lr_schedule.", m.file);
     if (completed != m.step || next_lr != lr_at(t, m.step))
       throw CheckpointError(m.file + ": lr_schedule (completed_steps " + std::to_string(completed) +
@@ -479,9 +485,14 @@ void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_t
     const json& have = field<json>(m.root, section, "", m.file);
     for (const auto& [key, v] : keys.items()) {
       if (section == "data" && key == "tokens" && v.get<std::int64_t>() < 0) continue;
-      if (!have.contains(key) && added_later(section, key)) continue;  // a manifest written before the field
-      const json& saved = field<json>(have, key, section + ".", m.file);
+      const bool horizon = section == "training" && key == "lr_decay_steps";
+      if (!horizon && !have.contains(key) && added_later(section, key)) continue;  // a manifest written before the field
+      const json saved = horizon ? json(saved_decay_horizon(have, m.file)) : field<json>(have, key, section + ".", m.file);
       if (saved != v) {
+        if (horizon)  // the schedule cannot change mid-run: an extended run needs the saved horizon or a planned one
+          throw CheckpointError(m.file + ": the learning-rate schedule's horizon (training.lr_decay_steps, or training.steps "
+                                "when unset) = " + saved.dump() + " in the checkpoint but " + v.dump() + " in this run; set "
+                                "training.lr_decay_steps = " + saved.dump() + " to continue its schedule, or use another checkpoint.dir");
         const std::string name = section == "data" && key == "tokens" ? "the token file's length (data.path)" : section + "." + key;
         throw CheckpointError(m.file + ": " + name + " = " + saved.dump() + " in the checkpoint but " + v.dump() +
                               " in this run; resume with the saved value or use another checkpoint.dir");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 
 namespace meshrun::train {
 
@@ -70,26 +71,38 @@ void moe_forward(const ExpertParallel& ep, const TensorParallel& tp, int layer, 
   const Buf probs = a.probs.ensure(be, n * E, st), sel = a.sel.ensure(be, n * K, DType::i32);
   const Buf wts = a.wts.ensure(be, n * K, st);
   be.linear_forward(probs, x, tensor(w, ts[kRouter]), n, h, E);
+  if (ep.observe_logits) {
+    std::vector<double> logits(static_cast<std::size_t>(n * E));
+    be.download(logits.data(), probs);
+    ep.observe_logits(layer, a.microbatch, logits);
+  }
   device::DeviceBuffer stat_buf(be, 2 * E, DType::f64);  // counts, then Σ probabilities
   be.zero(stat_buf);
   be.moe_route(probs, sel, wts, stat_buf, n, E, K);
   std::vector<double> stat(static_cast<std::size_t>(2 * E));
   be.download(stat.data(), stat_buf);
   // Load-balancing loss over the whole micro-batch: counts and probability sums over the CP shards (every
-  // TP rank already holds all rows). aux = E·Σᵢ (cᵢ/(T·k))·(Σ pᵢ/T); ∂aux/∂p(r, i) = E·cᵢ/(T²·k).
+  // TP rank already holds all rows).
   ep.cp->all_reduce(stat.data(), 2 * E);
-  const double T_ = static_cast<double>(ep.tokens);
-  double aux = 0;
-  std::vector<double> aux_grad(static_cast<std::size_t>(E));
-  for (int i = 0; i < E; ++i) {
-    aux += (stat[i] / (T_ * K)) * (stat[E + i] / T_);
-    aux_grad[i] = ep.aux_coef * E * stat[i] / (T_ * T_ * K);
+  if (ep.pooled) {
+    // "hf": this layer's statistics join the micro-batch's pool; the gradient waits for the backward.
+    if (!ep.stats) throw std::logic_error("router_aux = \"hf\" needs the MoE statistics");
+    double* pool = ep.stats->pooled.data() + static_cast<std::size_t>(a.microbatch) * 2 * E;
+    for (int i = 0; i < 2 * E; ++i) pool[i] += stat[i];
+  } else {
+    // "meshrun", per layer: aux = E·Σᵢ (cᵢ/(T·k))·(Σ pᵢ/T); ∂aux/∂p(r, i) = E·cᵢ/(T²·k).
+    const double T_ = static_cast<double>(ep.tokens);
+    double aux = 0;
+    std::vector<double> aux_grad(static_cast<std::size_t>(E));
+    for (int i = 0; i < E; ++i) {
+      aux += (stat[i] / (T_ * K)) * (stat[E + i] / T_);
+      aux_grad[i] = ep.aux_coef * E * stat[i] / (T_ * T_ * K);
+    }
+    be.upload(a.aux_grad.ensure(be, E, st), aux_grad.data());  // rounded to the statistics' type
+    if (ep.stats) ep.stats->aux[static_cast<std::size_t>(layer)] += ep.aux_coef * E * aux;
   }
-  be.upload(a.aux_grad.ensure(be, E, st), aux_grad.data());  // rounded to the statistics' type
-  if (ep.stats) {
-    ep.stats->aux[static_cast<std::size_t>(layer)] += ep.aux_coef * E * aux;
+  if (ep.stats)
     for (int i = 0; i < E; ++i) ep.stats->expert_tokens[static_cast<std::size_t>(layer) * E + i] += std::llround(stat[i]);
-  }
   // Dispatch, decided on the host from the selected experts: assignments sorted by expert (stable: rows in
   // order), counts per expert, each assignment's row in the send order.
   std::vector<double> sel_host(static_cast<std::size_t>(n * K));
@@ -190,10 +203,33 @@ void moe_backward_input(const ExpertParallel& ep, const TensorParallel& tp, cons
   if (ep.stats) ep.stats->a2a_bytes += bytes;
   // Each row's input gradient: its assignments' in k order (weight 1: the weights sit after the experts).
   be.moe_combine(dx_full.at(0, n * h), dxs.at(0, Q * h), Buf{}, slot, n, K, h);
+  if (ep.pooled) {
+    // "hf": aux = E·Σᵢ (Cᵢ/(L·T))·(Pᵢ/(L·T)) over the pooled statistics, complete now (pp = 1: every layer's
+    // forward of this micro-batch ran before any of its backwards); ∂aux/∂p_l(r, i) = E·Cᵢ/(L·T)².
+    const double LT = static_cast<double>(ep.layers) * static_cast<double>(ep.tokens);
+    const double* pool = ep.stats->pooled.data() + static_cast<std::size_t>(a.microbatch) * 2 * E;
+    std::vector<double> aux_grad(static_cast<std::size_t>(E));
+    for (int i = 0; i < E; ++i) aux_grad[i] = ep.aux_coef * E * pool[i] / (LT * LT);
+    be.upload(a.aux_grad.ensure(be, E, be.precision().stat), aux_grad.data());
+  }
   // Router: renormalisation, the aux loss's constant ∂/∂p, softmax backward; probs becomes dlogits.
   be.moe_router_backward(probs, sel, wts, dwts, a.aux_grad.at(0, E), n, E, K);
   be.linear_backward_input(dx_full.at(0, n * h), probs, tensor(w, ts[kRouter]), n, h, E, true);
   local_rows(ep, tp, dx_full, dxn);
+}
+
+double pooled_aux_loss(const ExpertParallel& ep) {
+  const int E = ep.experts;
+  const double LT = static_cast<double>(ep.layers) * static_cast<double>(ep.tokens);
+  const std::vector<double>& pool = ep.stats->pooled;
+  double total = 0;
+  for (std::size_t m = 0; m < pool.size() / (2 * static_cast<std::size_t>(E)); ++m) {
+    const double* p = pool.data() + m * 2 * E;
+    double aux = 0;
+    for (int i = 0; i < E; ++i) aux += (p[i] / LT) * (p[E + i] / LT);
+    total += ep.aux_coef * E * aux;
+  }
+  return total;
 }
 
 void moe_router_backward_weight(const ExpertParallel& ep, const std::vector<TensorSlot>& ts, Buf dw, MoeActs& a,

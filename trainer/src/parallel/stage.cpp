@@ -100,6 +100,7 @@ Stage::Slot& Stage::slot(int mb) {
   for (Request& r : s->sends) r.wait();
   s->sends.clear();
   s->free = s->weights_done = s->gradient_sent = false;
+  for (MoeActs& m : s->moe) m.microbatch = mb;
   live_[mb] = s;
   return *s;
 }

@@ -248,6 +248,11 @@ int resume(Trainer<T>& trainer, const std::string& path, const CheckpointSpec& c
     err = e.what();
   }
   collective_check(err, rank, world);
+  // training.steps may grow (an extended run); a run cannot end before the step it resumes at.
+  if (start > trainer.config().training.steps)
+    throw InputError(path + ": the checkpoint is at step " + std::to_string(start) + " but training.steps = " +
+                     std::to_string(trainer.config().training.steps) + "; set training.steps >= " + std::to_string(start) +
+                     " or use another checkpoint.dir");
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MPI_Allreduce(MPI_IN_PLACE, &load_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0) {

@@ -14,7 +14,7 @@ namespace kc = meshrun::kernels::cpu;
 
 double lr_at(const TrainingSpec& t, int s) {
   if (s < t.warmup_steps) return t.lr * static_cast<double>(s + 1) / t.warmup_steps;
-  const int decay = t.steps - t.warmup_steps;
+  const int decay = t.decay_horizon() - t.warmup_steps;  // lr_decay_steps, not steps: an extended run keeps its schedule
   if (decay <= 1) return t.lr;
   const double progress = static_cast<double>(s - t.warmup_steps) / (decay - 1);
   return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
@@ -151,12 +151,16 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
     epctx_.local = table_.experts / l.ep;
     epctx_.ffn = (cfg.model.moe_ffn_hidden > 0 ? cfg.model.moe_ffn_hidden : cfg.model.ffn_hidden) / l.tp;
     epctx_.tokens = static_cast<std::int64_t>(geometry_.micro_batch_size) * geometry_.seq_len;
-    epctx_.aux_coef = cfg.model.router_aux_loss_coef * static_cast<double>(geometry_.micro_batch_size) /
+    epctx_.aux_coef = cfg.model.aux_loss_coef() * static_cast<double>(geometry_.micro_batch_size) /
                       static_cast<double>(cfg.training.global_batch_size);  // mean over the step's micro-batches
+    epctx_.pooled = cfg.model.router_aux == "hf";
+    epctx_.layers = table_.layers;
+    if (epctx_.pooled && l.pp > 1) throw std::logic_error("router_aux = hf with pp > 1 reached the trainer (validate_trainer's router-aux-pp refuses it)");
     epctx_.stats = &moe_stats_;
     epctx_.fault_drop_token = faults.moe_drop_token;
     epctx_.fault_wrong_rank = faults.moe_wrong_rank;
-    moe_stats_.reset(table_.layers, table_.experts);
+    epctx_.observe_logits = faults.router_logits;
+    moe_stats_.reset(table_.layers, table_.experts, pooled_microbatches());
   }
   const int nchunks = l.pp * l.virtual_stages;
   std::vector<Stage*> by_chunk(static_cast<std::size_t>(nchunks), nullptr);
@@ -324,7 +328,7 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   };
 
   StepStats st;
-  if (table_.experts > 0) moe_stats_.reset(table_.layers, table_.experts);
+  if (table_.experts > 0) moe_stats_.reset(table_.layers, table_.experts, pooled_microbatches());
   store_.zero_grads(static_cast<int>(g.microbatches));
   // The phases of a traced step (--trace; nothing recorded otherwise): pipeline, grad_sync, norm_loss, optimizer.
   trace::Span pipeline_phase("pipeline");
@@ -368,8 +372,9 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   pp_.all_reduce(&loss_sum, 1);
   // The clip factor comes from the norm rounded to fp32, so layouts whose double sums differ in the
   // last bits (different shard boundaries) still agree on it.
-  const double norm = static_cast<float>(std::sqrt(sumsq));
-  const double clip = (tr.grad_clip > 0 && norm > tr.grad_clip) ? tr.grad_clip / norm : 1.0;
+  const double norm = std::sqrt(sumsq);
+  const double norm_for_clip = static_cast<float>(norm);
+  const double clip = (tr.grad_clip > 0 && norm_for_clip > tr.grad_clip) ? tr.grad_clip / norm_for_clip : 1.0;
 
   norm_phase.end();
   st.step = s + 1;
@@ -380,6 +385,8 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   optimizer_phase.end();
 
   if (table_.experts > 0) {
+    // "hf": the micro-batches' pooled aux (all layers) counts as layer 0's.
+    if (epctx_.pooled) moe_stats_.aux[0] = pooled_aux_loss(epctx_);
     // Every CP rank of a sequence computed the same aux (its statistics were summed over CP), every TP
     // rank too: count CP rank 0's, per layer summed over data-parallel ranks (in rank = micro-batch
     // order) and stages, then the layers in order: the single process's sum with one micro-batch per rank.
@@ -403,7 +410,7 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
     st.a2a_bytes = moe_stats_.a2a_bytes;
   }
   st.loss = loss_sum * inv_tokens;
-  st.grad_norm = norm;
+  st.grad_norm = norm;  // unrounded (the metrics' value); the clip factor used its fp32 rounding
   st.comm_exposed_ms = store_.take_comm_exposed_ms();
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   st.tokens_per_s = static_cast<double>(g.global_batch * S) / (st.ms / 1000.0);

@@ -43,8 +43,8 @@ struct StepStats {
   std::vector<double> expert_tokens;  // [layers · E]: the step's assignments per (layer, expert), all ranks
 };
 
-// Learning rate of 0-based step s: linear warmup over warmup_steps, then cosine decay to min_lr at
-// the last step.
+// Learning rate of 0-based step s: linear warmup over warmup_steps, then cosine decay to min_lr at step
+// decay_horizon() (training.lr_decay_steps, or steps when unset), min_lr after it.
 double lr_at(const TrainingSpec& t, int s);
 
 // The one place the loss is normalized: by the global number of target tokens of a step (every
@@ -69,6 +69,7 @@ class Trainer {
     bool contiguous_cp_tokens = false;  // CP rank r reads tokens [r·S/cp, …) but attends with zigzag positions
     bool moe_drop_token = false;        // EP: the first routed assignment of every micro-batch is dropped
     bool moe_wrong_rank = false;        // EP: one assignment is sent to the next EP rank's expert
+    RouterLogitsObserver router_logits;  // MoE: sees every router's logits (the aux loss's independent check)
   };
   // rank: this process's rank in `grid`; groups: its communicators (make_mpi_groups, make_local_groups).
   // backend: the kernels' (null: the CPU backend of training.dtype, or the strict one, see trainer.cpp).
@@ -113,6 +114,8 @@ class Trainer {
   // (collective over tp and pp).
   std::vector<std::pair<std::string, std::vector<T>>> assemble(const std::vector<std::vector<T>>& units);
   std::vector<Comm*> unit_groups() const;
+  // MoE statistics pooled per micro-batch (router_aux = "hf"), else none.
+  int pooled_microbatches() const { return epctx_.pooled ? static_cast<int>(geometry_.microbatches) : 0; }
 
   JobConfig cfg_;
   RankGrid grid_;
