@@ -64,7 +64,7 @@ refuse() {
   expect 2 "$pattern" "$what" -- "${RUN[@]}" --no-metrics "$@"
   [[ $(grep -c "meshrun-train:" "$DIR/out") -eq 1 ]] || bad "$what: not one line"
 }
-refuse "a blend entry that does not exist" "code-missing" --set "data.blend=[[1, \"$DIR/web\"], [1, \"$DIR/code-missing\"]]"
+refuse "a blend entry that does not exist" "data.blend entry 1: token file .*code-missing" --set "data.blend=[[1, \"$DIR/web\"], [1, \"$DIR/code-missing\"]]"
 refuse "ids >= model.vocab" ">= model.vocab (100)" --set model.vocab=100
 cp "$DIR/code.idx" "$DIR/cut.idx" && head -c 1000 "$DIR/code.bin" >"$DIR/cut.bin"
 refuse "a truncated .bin" "cut" --set "data.blend=[[1, \"$DIR/web\"], [1, \"$DIR/cut\"]]"

@@ -145,7 +145,11 @@ std::unique_ptr<SampleSource> open_samples(const SampleSpec& s) {
   std::vector<double> weights;
   for (std::size_t d = 0; d < s.datasets.size(); ++d) {
     const std::uint64_t seed = d == 0 ? s.seed : mix64(s.seed ^ mix64(0x424c454e44ULL + d));
-    parts.push_back(std::make_unique<OneDataset>(open_stream(s.datasets[d].path, s, 1), s, seed));
+    try {
+      parts.push_back(std::make_unique<OneDataset>(open_stream(s.datasets[d].path, s, 1), s, seed));
+    } catch (const DataError& e) {
+      throw DataError(s.key + " entry " + std::to_string(d) + ": " + e.msg);
+    }
     weights.push_back(s.datasets[d].weight);
   }
   try {
