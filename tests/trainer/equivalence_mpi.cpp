@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -367,6 +368,10 @@ int main(int argc, char** argv) {
     return r;
   };
   auto run_on = [&](const Case& c, Fault f = Fault::none) -> Run { return run_cfg(cfg, c, f); };
+  // MESHRUN_EQUIVALENCE_ONLY=blend runs the blend section alone (a quick check while working on data).
+  const char* only = std::getenv("MESHRUN_EQUIVALENCE_ONLY");
+  const bool only_blend = only && std::string(only) == "blend";
+  if (!only_blend) {
 
   // Clipping must actually happen in the reference run, or the global-norm path is not being compared.
   if (rank == 0) {
@@ -671,6 +676,8 @@ int main(int argc, char** argv) {
     }
   }
 
+  }  // !only_blend
+
   // A blend of two Megatron indexed datasets (weights 0.6 / 0.4, data.shuffle) with validation on a third every
   // 2 steps (2 batches each), on four layouts against the single process with the same micro-batch size. The
   // comparisons are those of the sections above (bit-exact with tp = 1 and one micro-batch per rank or a pure
@@ -678,7 +685,9 @@ int main(int argc, char** argv) {
   // forward and sums its loss in the step's order. And evaluation must not change training: the same layout
   // without data.valid trains to the same bits.
   {
-    const std::string base = dir + "/blend-" + std::to_string(::getpid());
+    long pid = ::getpid();  // rank 0's: every rank names the same files
+    MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    const std::string base = dir + "/blend-" + std::to_string(pid);
     if (rank == 0) {
       make_indexed(base + "-web", 0, 6000, cfg.model.vocab);
       make_indexed(base + "-code", 6000, 6000, cfg.model.vocab);
