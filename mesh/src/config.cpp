@@ -136,6 +136,10 @@ std::vector<Field> make_schema() {
                      "steps between straggler reports (0 = off)"), 0));
   add(nonneg(field("training.straggler_margin", &JobConfig::training, &TrainingSpec::straggler_margin, V::number,
                    "compute time above the ranks' median that names a straggler (0.3 = 30%)")));
+  add(at_least(field("training.eval_interval", &JobConfig::training, &TrainingSpec::eval_interval, V::integer,
+                     "steps between validation losses on data.valid (0 = off)"), 0));
+  add(at_most(at_least(field("training.eval_batches", &JobConfig::training, &TrainingSpec::eval_batches, V::integer,
+                             "global batches of data.valid per evaluation"), 1), limits::kBatch));
   std::vector<std::string> dtypes{"fp8", "bf16", "fp16", "fp32"};
   add(choose(field("training.param_dtype", &JobConfig::training, &TrainingSpec::param_dtype, V::string, "planner: parameter dtype"), dtypes));
   add(choose(field("training.grad_dtype", &JobConfig::training, &TrainingSpec::grad_dtype, V::string, "planner: gradient dtype"), dtypes));
@@ -145,6 +149,8 @@ std::vector<Field> make_schema() {
   add(choose(field("data.token_dtype", &JobConfig::data, &DataSpec::token_dtype, V::string, "token width"), {"uint16", "uint32"}));
   add(field("data.shuffle", &JobConfig::data, &DataSpec::shuffle, V::boolean, "seeded permutation of sequences"));
   add(field("data.text", &JobConfig::data, &DataSpec::text, V::string, "UTF-8 corpus to tokenize into data.path"));
+  add(field("data.blend", &JobConfig::data, &DataSpec::blend, V::blend, "datasets mixed by weight: [[weight, path], ...]"));
+  add(field("data.valid", &JobConfig::data, &DataSpec::valid, V::blend, "validation data: a path or [[weight, path], ...]"));
 
   add(field("checkpoint.dir", &JobConfig::checkpoint, &CheckpointSpec::dir, V::string, "checkpoint directory"));
   add(at_least(field("checkpoint.interval", &JobConfig::checkpoint, &CheckpointSpec::interval, V::integer, "steps between checkpoints (0 = signal/end only)"), 0));
@@ -218,6 +224,7 @@ std::string type_name(ValueType t) {
     case ValueType::boolean: return "true or false";
     case ValueType::int_or_auto: return "an integer or \"auto\"";
     case ValueType::table: return "a table";
+    case ValueType::blend: return "a path or an array of [weight, path] pairs";
   }
   return "?";
 }
@@ -231,6 +238,7 @@ std::string example(const Field& f) {
     case ValueType::boolean: return name + " = true";
     case ValueType::int_or_auto: return name + " = \"auto\"";
     case ValueType::table: return "[" + name + "]";
+    case ValueType::blend: return name + " = [[0.7, \"data/web\"], [0.3, \"data/code\"]]";
   }
   return name;
 }
@@ -241,27 +249,64 @@ std::string join(const std::vector<std::string>& xs) {
   return s;
 }
 
+// A blend as TOML text (weights in their shortest exact form), "" when empty: what --set reads back.
+std::string blend_text(const std::vector<BlendEntry>& entries) {
+  if (entries.empty()) return "";
+  std::string out = "[";
+  for (const BlendEntry& e : entries) {
+    char num[32];
+    const auto r = std::to_chars(num, num + sizeof num, e.weight);
+    std::string path;
+    for (char c : e.path) path += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+    out += (out.size() > 1 ? ", [" : "[") + std::string(num, r.ptr) + ", \"" + path + "\"]";
+  }
+  return out + "]";
+}
+
 // A parsed scalar, independent of where it came from (TOML node or command-line text).
 struct Scalar {
-  enum Kind { integer, number, string, boolean } kind = string;
+  enum Kind { integer, number, string, boolean, list } kind = string;
   int64_t i = 0;
   double d = 0;
   std::string s;
   bool b = false;
+  std::vector<BlendEntry> entries;  // list: [[weight, path], ...]
   static Scalar of_int(int64_t v) { Scalar x; x.kind = integer; x.i = v; return x; }
   static Scalar of_number(double v) { Scalar x; x.kind = number; x.d = v; return x; }
   static Scalar of_string(std::string v) { Scalar x; x.kind = string; x.s = std::move(v); return x; }
   static Scalar of_bool(bool v) { Scalar x; x.kind = boolean; x.b = v; return x; }
+  static Scalar of_list(std::vector<BlendEntry> v) { Scalar x; x.kind = list; x.entries = std::move(v); return x; }
   std::string shown() const {
     switch (kind) {
       case integer: return std::to_string(i);
       case number: { std::ostringstream o; o << d; return o.str(); }
       case string: return "\"" + s + "\"";
       case boolean: return b ? "true" : "false";
+      case list: return blend_text(entries);
     }
     return "";
   }
 };
+
+// [[weight, path], ...] of a TOML array; "" or what is wrong with element i (`where` its location).
+std::string blend_from_toml(const toml::array& a, std::vector<BlendEntry>* out, toml::source_region* where) {
+  out->clear();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const toml::array* pair = a[i].as_array();
+    const toml::node* w = pair && pair->size() == 2 ? pair->get(0) : nullptr;
+    const toml::node* path = pair && pair->size() == 2 ? pair->get(1) : nullptr;
+    double weight = 0;
+    if (w && w->as_integer()) weight = static_cast<double>(w->as_integer()->get());
+    else if (w && w->as_floating_point()) weight = w->as_floating_point()->get();
+    else w = nullptr;
+    if (!w || !path || !path->as_string()) {
+      *where = a[i].source();
+      return "element " + std::to_string(i) + " is not a [weight, path] pair; write e.g. [[0.7, \"data/web\"], [0.3, \"data/code\"]]";
+    }
+    out->push_back({weight, path->as_string()->get()});
+  }
+  return "";
+}
 
 // Stores `v` into field `f` of `job`; returns an error message (without location) or "".
 std::string store(JobConfig& job, const Field& f, const Scalar& v) {
@@ -336,6 +381,13 @@ std::string store(JobConfig& job, const Field& f, const Scalar& v) {
       return "";
     case ValueType::table:
       return wrong_type();
+    case ValueType::blend: {
+      auto& out = *static_cast<std::vector<BlendEntry>*>(p);
+      if (v.kind == Scalar::list) out = v.entries;
+      else if (v.kind == Scalar::string) out = v.s.empty() ? std::vector<BlendEntry>{} : std::vector<BlendEntry>{{1.0, v.s}};
+      else return wrong_type();
+      return "";
+    }
   }
   return "";
 }
@@ -386,7 +438,13 @@ void apply_table(Config& cfg, const toml::table& root, const std::string& file, 
       else if (auto y = vnode.as_floating_point()) v = Scalar::of_number(y->get());
       else if (auto z = vnode.as_string()) v = Scalar::of_string(z->get());
       else if (auto b = vnode.as_boolean()) v = Scalar::of_bool(b->get());
-      else {
+      else if (const Field* bf = find_field(section + "." + name); bf && bf->info.type == ValueType::blend && vnode.as_array()) {
+        std::vector<BlendEntry> entries;
+        toml::source_region at;
+        if (std::string why = blend_from_toml(*vnode.as_array(), &entries, &at); !why.empty())
+          throw ConfigError(location(file, at) + ": " + bf->info.key + ": " + why);
+        v = Scalar::of_list(std::move(entries));
+      } else {
         if (section == "env")
           throw ConfigError(vwhere + ": env." + name + " must be a string; write " + name + " = \"value\"");
         const Field* f = find_field(section + "." + name);
@@ -417,6 +475,22 @@ void apply_table(Config& cfg, const toml::table& root, const std::string& file, 
 // Parses command-line text for a field: integers, numbers, booleans by the field's type; strings raw or quoted.
 Scalar scalar_from_text(const Field* f, std::string_view text) {
   std::string t(text);
+  if (f && f->info.type == ValueType::blend && !t.empty() && t.front() == '[') {
+    // The TOML array's own text: parsed by the TOML parser, as in a template.
+    std::vector<BlendEntry> entries;
+    std::string why;
+    try {
+      const toml::table root = toml::parse("v = " + t);
+      toml::source_region at;
+      if (const toml::array* a = root["v"].as_array()) why = blend_from_toml(*a, &entries, &at);
+      else why = "not an array";
+    } catch (const toml::parse_error& e) {
+      why = std::string(e.description());
+    }
+    if (!why.empty())
+      throw ConfigError(f->info.key + " = " + t + ": " + why + "; write e.g. [[0.7, \"data/web\"], [0.3, \"data/code\"]]");
+    return Scalar::of_list(std::move(entries));
+  }
   if (t.size() >= 2 && ((t.front() == '"' && t.back() == '"') || (t.front() == '\'' && t.back() == '\'')))
     return Scalar::of_string(t.substr(1, t.size() - 2));
   if (f) {
@@ -537,7 +611,13 @@ void apply_value(Config& cfg, const std::string& key, std::string_view value, co
                       (near.empty() ? "; keys are section.name, e.g. parallel.tp" : "; did you mean '" + near + "'?"));
   }
   JobConfig next = cfg.job;
-  std::string err = store(next, *f, scalar_from_text(f, value));
+  Scalar parsed;
+  try {
+    parsed = scalar_from_text(f, value);
+  } catch (const ConfigError& e) {
+    throw ConfigError(prefix + ": " + e.what());
+  }
+  std::string err = store(next, *f, parsed);
   if (!err.empty()) throw ConfigError(prefix + ": " + err);
   cfg.job = std::move(next);
   cfg.origins[key] = origin;
@@ -578,6 +658,7 @@ std::string value_text(const JobConfig& job, const std::string& key) {
     case ValueType::string: return *static_cast<std::string*>(p);
     case ValueType::boolean: return *static_cast<bool*>(p) ? "true" : "false";
     case ValueType::table: return "";
+    case ValueType::blend: return blend_text(*static_cast<std::vector<BlendEntry>*>(p));
   }
   return "";
 }

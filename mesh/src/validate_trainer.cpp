@@ -1,6 +1,8 @@
 // The bundled trainer's rules (layout.hpp, validate_trainer): in mesh_core, so that meshrun-train (and the
 // single-process trainer of meshrun-gpu-check) check the same ones the dry run, the launcher and the plugin do.
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <string>
 
 #include "meshrun/layout.hpp"
@@ -10,12 +12,18 @@ namespace meshrun {
 
 namespace {
 std::string s(int64_t v) { return std::to_string(v); }
+std::string number(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
 }  // namespace
 
 bool is_trainer_rule(std::string_view name) {
   static constexpr std::string_view kTrainerRules[] = {"rope-head-dim", "expert-width-tp",         "trainer-mlp",
                                                        "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule",
-                                                       "router-aux-pp"};
+                                                       "router-aux-pp", "data-blend",              "data-source",
+                                                       "eval-valid"};
   return std::find(std::begin(kTrainerRules), std::end(kTrainerRules), name) != std::end(kTrainerRules);
 }
 
@@ -53,6 +61,36 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
   if (m.experts > 0 && m.router_aux == "hf" && l.pp > 1)
     p.push_back({"router-aux-pp", "model.router_aux = \"hf\" pools the router statistics over all layers, which meshrun-train "
                                   "does not pass between pipeline stages: use parallel.pp = 1 or model.router_aux = \"meshrun\""});
+  // Data keys (docs/trainer.md, "Data"): checkable before the job starts; the files themselves are read by
+  // meshrun-train.
+  const DataSpec& d = cfg.data;
+  check("data-source");
+  if (!d.blend.empty() && (!d.path.empty() || !d.text.empty()))
+    p.push_back({"data-source", std::string("data.blend and data.") + (d.path.empty() ? "text" : "path") +
+                                    " are both set; the blend replaces data.path: remove one of them"});
+  check("data-blend");
+  for (const auto* blend : {&d.blend, &d.valid}) {
+    const char* key = blend == &d.blend ? "data.blend" : "data.valid";
+    double sum = 0;
+    std::string bad;
+    for (std::size_t i = 0; i < blend->size() && bad.empty(); ++i) {
+      const BlendEntry& e = (*blend)[i];
+      if (e.path.empty()) bad = "entry " + std::to_string(i) + " has an empty path; name a dataset there";
+      else if (!std::isfinite(e.weight) || e.weight < 0)
+        bad = "entry " + std::to_string(i) + " (" + e.path + ") has weight " + number(e.weight) +
+              "; weights are finite and >= 0: fix that weight";
+      else sum += e.weight;
+    }
+    if (!bad.empty())
+      p.push_back({"data-blend", std::string(key) + " " + bad});
+    else if (!blend->empty() && !(sum > 0 && std::isfinite(sum)))
+      p.push_back({"data-blend", std::string(key) + "'s weights sum to " + number(sum) +
+                                     ", not a positive number; give at least one dataset a positive weight"});
+  }
+  check("eval-valid");
+  if (cfg.training.eval_interval > 0 && d.valid.empty())
+    p.push_back({"eval-valid", "training.eval_interval = " + s(cfg.training.eval_interval) +
+                                   " needs validation data; set data.valid to a path or a blend (or eval_interval = 0)"});
   return p;
 }
 

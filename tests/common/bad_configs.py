@@ -25,6 +25,12 @@ TABLE = [
      "model.kv_heads=1 is not divisible by tp=2; each TP rank needs whole KV heads (GQA): use tp in {1}"),
     ("layers-pp", "tiny.toml", {"model": {"layers": "5"}, "parallel": {"tp": "1", "pp": "2"}},
      "model.layers=5 cannot be split over pp·virtual_stages = 2·1 = 2 pipeline chunks; use a chunk count that divides the layers (1, 5) or layers+2 (first and last chunk one fewer)"),
+    ("data-blend", "tiny.toml", {"data": {"text": '""', "blend": '[[0.0, "/tmp/web"], [0, "/tmp/code"]]'}},
+     "data.blend's weights sum to 0, not a positive number; give at least one dataset a positive weight"),
+    ("data-source", "tiny.toml", {"data": {"blend": '[[1.0, "/tmp/web"]]'}},
+     "data.blend and data.text are both set; the blend replaces data.path: remove one of them"),
+    ("eval-valid", "tiny.toml", {"training": {"eval_interval": "10"}},
+     "training.eval_interval = 10 needs validation data; set data.valid to a path or a blend (or eval_interval = 0)"),
 ]
 
 

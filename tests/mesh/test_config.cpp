@@ -264,3 +264,32 @@ TEST_CASE("typed values: an option parsed to an integer is stored without a text
   CHECK_THROWS_AS(apply_int(cfg, "model.mlp", 1, Origin{SourceKind::flag, "--x=1"}), ConfigError);  // a string key
   CHECK_THROWS_AS(apply_int(cfg, "site.port_base", 1, Origin{SourceKind::flag, "--x=1"}), ConfigError);
 }
+
+TEST_CASE("data.blend and data.valid: [[weight, path], ...] arrays or a path, located errors", "[config][data]") {
+  Config cfg;
+  apply_toml_text(cfg, "[data]\nblend = [[0.7, \"web\"], [3, \"code\"]]\nvalid = \"held-out\"\n", "t.toml",
+                  SourceKind::template_file);
+  REQUIRE(cfg.job.data.blend == std::vector<BlendEntry>{{0.7, "web"}, {3.0, "code"}});
+  REQUIRE(cfg.job.data.valid == std::vector<BlendEntry>{{1.0, "held-out"}});
+  REQUIRE(cfg.origin_of("data.blend").str() == "template t.toml:2:9");
+  // The text form reads back through --set (what the dry run and the launcher show).
+  REQUIRE(value_text(cfg.job, "data.blend") == "[[0.7, \"web\"], [3, \"code\"]]");
+  Config back;
+  apply_set(back, "data.blend=" + value_text(cfg.job, "data.blend"));
+  REQUIRE(back.job.data.blend == cfg.job.data.blend);
+  apply_set(back, "data.valid=[[1, \"a\"], [2, \"b\"]]");
+  REQUIRE(back.job.data.valid.size() == 2);
+  apply_set(back, "data.valid=");
+  REQUIRE(back.job.data.valid.empty());
+  apply_set(back, "training.eval_interval=5");
+  REQUIRE(back.job.training.eval_interval == 5);
+  // Not a pair, a weight that is not a number: the element's location.
+  auto e = error_of("[data]\nblend = [[0.5, \"a\"],\n  [\"b\", 0.5]]\n");
+  REQUIRE(e.rfind("t.toml:3:3: data.blend: element 1 is not a [weight, path] pair", 0) == 0);
+  REQUIRE(error_of("[data]\nblend = [[0.5]]\n").find("element 0 is not a [weight, path] pair") != std::string::npos);
+  REQUIRE(error_of("[data]\nblend = 3\n").find("data.blend must be a path or an array of [weight, path] pairs") !=
+          std::string::npos);
+  REQUIRE_THROWS_WITH(apply_set(back, "data.blend=[[0.5, \"a\"]"),
+                      Catch::StartsWith("--set data.blend=[[0.5, \"a\"]: data.blend = [[0.5, \"a\"]: "));
+  REQUIRE(error_of("[training]\neval_batches = 0\n").find("training.eval_batches = 0 must be at least 1") != std::string::npos);
+}

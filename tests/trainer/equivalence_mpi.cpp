@@ -32,8 +32,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <memory>
@@ -42,6 +45,8 @@
 
 #include "fixture.hpp"
 #include "meshrun/train/comm_names.hpp"
+#include "meshrun/train/data/indexed_dataset.hpp"
+#include "meshrun/train/data/samples.hpp"
 #include "meshrun/train/run/trainer.hpp"
 #include "meshrun/comm/mpi.hpp"
 
@@ -107,6 +112,7 @@ struct Run {
   std::vector<double> aux_losses;             // MoE load-balancing loss of every step
   double tokens_max1 = 0, tokens_mean1 = 0;   // MoE: assignments per (layer, expert) in step 1
   std::int64_t a2a_bytes1 = 0;                // MoE: rank 0's all-to-all bytes in step 1
+  std::vector<double> eval_losses;            // training.eval_interval's validation losses on data.valid
 };
 
 struct Case {
@@ -171,10 +177,9 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
     auto& g = groups.by_kind[static_cast<int>(GroupKind::cp)];
     g = std::make_unique<FaultyComm>(std::move(g), fault);
   }
-  const TokenFile file(cfg.data.path, cfg.data.token_dtype, cfg.model.vocab, cfg.training.seq_len,
-                       cfg.training.global_batch_size);
-  const BatchSchedule sched(file, cfg.training.seq_len, cfg.training.global_batch_size, cfg.data.shuffle,
-                            cfg.training.seed);
+  // What meshrun-train reads: data.path or data.blend, and data.valid.
+  const std::unique_ptr<SampleSource> sched = open_samples(training_samples(cfg, cfg.data.path));
+  const std::unique_ptr<SampleSource> valid = cfg.data.valid.empty() ? nullptr : open_samples(validation_samples(cfg));
   typename Trainer<T>::TestFaults faults;
   if (fault == Fault::stage_skips_layer)  // the second chunk forgets its first decoder layer
     faults.edit_chunks = [](std::vector<ChunkUnits>& chunks) { chunks.at(1).units.erase(chunks.at(1).units.begin()); };
@@ -194,7 +199,9 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
     }
   Run r;
   for (int s = 0; s < cfg.training.steps; ++s) {
-    const StepStats st = t.step(s, sched);
+    const StepStats st = t.step(s, *sched);
+    if (valid && (s + 1) % cfg.training.eval_interval == 0)
+      r.eval_losses.push_back(t.evaluate(*valid, cfg.training.eval_batches));
     r.losses.push_back(st.loss);
     r.grad_norms.push_back(st.grad_norm);
     r.aux_losses.push_back(st.aux_loss);
@@ -261,7 +268,43 @@ Diff compare(const Run& a, const Run& ref) {
   }
   d.param_rel = tensor_rel(a.params, ref.params, &d.bit_equal);
   d.grad_rel = tensor_rel(a.grads1, ref.grads1, &d.bit_equal);
+  // Validation losses, held to the loss's bound (a run without data.valid has none).
+  d.bit_equal = d.bit_equal && a.eval_losses.size() == ref.eval_losses.size();
+  for (std::size_t i = 0; i < std::min(a.eval_losses.size(), ref.eval_losses.size()); ++i) {
+    d.bit_equal = d.bit_equal && std::memcmp(&a.eval_losses[i], &ref.eval_losses[i], sizeof(double)) == 0;
+    d.loss_rel = std::max(d.loss_rel, std::abs(a.eval_losses[i] - ref.eval_losses[i]) / std::abs(ref.eval_losses[i]));
+  }
+  if (a.eval_losses.size() != ref.eval_losses.size()) d.loss_rel = HUGE_VAL;
   return d;
+}
+
+// The validation losses alone (the rest of the runs may differ).
+Diff compare_eval(const Run& a, const Run& ref) {
+  Run y = ref;
+  y.eval_losses = a.eval_losses;
+  return compare(y, ref);
+}
+
+// Megatron indexed datasets from the license text (ids = bytes mod vocab, a document per line, EOS 0 after
+// each), bytes [from, from + n): what a blend is tested on.
+std::string make_indexed(const std::string& prefix, std::size_t from, std::size_t n, std::int64_t vocab) {
+  std::ifstream is("/usr/share/common-licenses/GPL-3", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(is)), std::istreambuf_iterator<char>());
+  text = text.substr(from, n);
+  IndexedDatasetWriter w(prefix, 8);
+  std::vector<std::uint32_t> doc;
+  for (char ch : text) {
+    if (ch == '\n' && !doc.empty()) {
+      doc.push_back(0);
+      w.add_document(doc.data(), doc.size());
+      doc.clear();
+    } else if (ch != '\n') {
+      doc.push_back(static_cast<std::uint32_t>(1 + static_cast<unsigned char>(ch) % (vocab - 1)));
+    }
+  }
+  if (!doc.empty()) w.add_document(doc.data(), doc.size());
+  w.finish();
+  return prefix;
 }
 
 struct Tol {
@@ -327,7 +370,9 @@ int main(int argc, char** argv) {
     return r;
   };
   auto run_on = [&](const Case& c, Fault f = Fault::none) -> Run { return run_cfg(cfg, c, f); };
-
+  // MESHRUN_EQUIVALENCE_ONLY=blend runs the blend section alone (a quick check while working on data).
+  const char* only = std::getenv("MESHRUN_EQUIVALENCE_ONLY");
+  const bool only_blend = only && std::string(only) == "blend";
   auto finish = [&] {
     if (rank == 0) std::printf("%d checks, %d failed\n", rep.checks, rep.failures);
     std::filesystem::remove(cfg.data.path);
@@ -336,6 +381,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return code;
   };
+  if (!only_blend) {
 
   // model.router_aux = "hf" (HF Mixtral's loss, statistics pooled over the layers of each micro-batch, a
   // micro-batch being mbs sequences of one data-parallel rank, all their tokens over the CP shards): every
@@ -682,6 +728,91 @@ int main(int argc, char** argv) {
       rep.check("NEGATIVE dp=2 ep=2, a token sent to the wrong expert rank", compare(misrouted, reference_of(cfgm, B / 2, false)),
                 false, kFp32, true);
     }
+  }
+
+  }  // !only_blend
+
+  // A blend of two Megatron indexed datasets (weights 0.6 / 0.4, data.shuffle) with validation on a third every
+  // 2 steps (2 batches each), on four layouts against the single process with the same micro-batch size. The
+  // comparisons are those of the sections above (bit-exact with tp = 1 and one micro-batch per rank or a pure
+  // pipeline; tp = 2 within the fp32 bound), now also for every validation loss: evaluation runs the step's
+  // forward and sums its loss in the step's order. And evaluation must not change training: the same layout
+  // without data.valid trains to the same bits.
+  {
+    long pid = ::getpid();  // rank 0's: every rank names the same files
+    MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    const std::string base = dir + "/blend-" + std::to_string(pid);
+    if (rank == 0) {
+      make_indexed(base + "-web", 0, 6000, cfg.model.vocab);
+      make_indexed(base + "-code", 6000, 6000, cfg.model.vocab);
+      make_indexed(base + "-valid", 12000, 3000, cfg.model.vocab);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    JobConfig cfgb = cfg;
+    cfgb.data.path.clear();
+    cfgb.data.blend = {{0.6, base + "-web"}, {0.4, base + "-code.bin"}};
+    cfgb.data.valid = {{1.0, base + "-valid"}};
+    cfgb.training.eval_interval = 2;
+    cfgb.training.eval_batches = 2;
+    struct BlendCase {
+      int tp, dp, pp, zero;
+      bool sp;
+      const char* schedule;
+    };
+    const BlendCase blends[] = {{1, 2, 1, 1, false, "1f1b"}, {2, 2, 1, 0, true, "1f1b"}, {1, 1, 2, 0, false, "zb"},
+                                {2, 2, 2, 1, false, "1f1b"}};
+    std::map<int, Run> refs;  // by micro-batch size
+    for (const BlendCase& bc : blends) {
+      Case c{bc.tp, bc.dp, bc.zero, bc.pp > 1 ? 1 : B / bc.dp, bc.sp, false};
+      c.pp = bc.pp;
+      c.schedule = bc.schedule;
+      if (c.ranks() > world) continue;
+      if (rank == 0 && !refs.count(c.mbs)) refs[c.mbs] = train_run<float>(cfgb, Case{1, 1, 0, c.mbs, false, false}, MPI_COMM_NULL);
+      const Run r = run_cfg(cfgb, c);
+      if (rank != 0) continue;
+      const Run& ref = refs[c.mbs];
+      const bool exact = bc.tp == 1 && (bc.pp > 1 || c.mbs * bc.dp == B);
+      rep.check("blend " + c.str() + " vs 1 process", compare(r, ref), exact, kFp32);
+      ++rep.checks;
+      const bool evaluated = r.eval_losses.size() == 5 && ref.eval_losses.size() == 5 && ref.eval_losses[4] < ref.eval_losses[0];
+      if (!evaluated) ++rep.failures;
+      std::printf("%-4s blend %s: 5 validation losses, falling (%.6f ... %.6f; 1 process %.6f ... %.6f)\n",
+                  evaluated ? "ok" : "FAIL", c.str().c_str(), r.eval_losses.empty() ? 0.0 : r.eval_losses.front(),
+                  r.eval_losses.empty() ? 0.0 : r.eval_losses.back(), ref.eval_losses.empty() ? 0.0 : ref.eval_losses.front(),
+                  ref.eval_losses.empty() ? 0.0 : ref.eval_losses.back());
+    }
+    // Training with and without evaluation: the same bits (losses, step-1 gradients, final parameters).
+    if (world >= 4) {
+      JobConfig no_eval = cfgb;
+      no_eval.data.valid.clear();
+      const Case c{2, 2, 1, B / 2, false, false};
+      const Run with = run_cfg(cfgb, c);
+      Run without = run_cfg(no_eval, c);
+      if (rank == 0) {
+        without.eval_losses = with.eval_losses;  // compared: everything else
+        rep.check("blend " + c.str() + " trained with and without evaluation", compare(without, with), true, kFp32);
+      }
+    }
+    // Negative: a pipeline stage that skips a layer changes the validation losses, and the check sees it.
+    if (world >= 2) {
+      Case c{1, 1, 0, 1, false, false};
+      c.pp = 2;
+      const Run skipped = run_cfg(cfgb, c, Fault::stage_skips_layer);
+      if (rank == 0)
+        rep.check("NEGATIVE blend pp=2, stage 1 skips a layer: validation losses", compare_eval(skipped, refs[1]), false,
+                  kFp32, true);
+    }
+    // Negative: another blend (weights swapped) is another sample sequence: the losses differ.
+    if (world >= 2) {
+      JobConfig swapped = cfgb;
+      swapped.data.blend = {{0.4, base + "-web"}, {0.6, base + "-code.bin"}};
+      const Run other = run_cfg(swapped, Case{1, 2, 1, B / 2, false, false});
+      if (rank == 0)
+        rep.check("NEGATIVE blend weights swapped vs the 0.6/0.4 blend", compare(other, refs[B / 2]), false, kFp32, true);
+    }
+    if (rank == 0)
+      for (const char* part : {"-web", "-code", "-valid"})
+        for (const char* ext : {".bin", ".idx"}) std::filesystem::remove(base + part + ext);
   }
 
   return finish();

@@ -40,7 +40,8 @@ struct Config {
 };
 
 // Key names and types of the schema.
-enum class ValueType { integer, number, string, boolean, int_or_auto, table };
+// blend: [[weight, path], ...] (TOML array, or its text after --set), or a path (one dataset, weight 1).
+enum class ValueType { integer, number, string, boolean, int_or_auto, table, blend };
 struct KeyInfo {
   std::string key;  // "parallel.tp"
   ValueType type;

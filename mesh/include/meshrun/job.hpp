@@ -95,13 +95,24 @@ struct TrainingSpec {
   // compute time (step time minus communication waits); one more than straggler_margin above the median is named.
   int straggler_interval = 10;
   double straggler_margin = 0.3;
+  int eval_interval = 0;              // steps between validation losses on data.valid (0 = off)
+  int eval_batches = 1;               // global batches of data.valid per evaluation
+};
+
+// One dataset of a blend: a token file or Megatron indexed dataset (as data.path) and its weight.
+struct BlendEntry {
+  double weight = 0;
+  std::string path;
+  bool operator==(const BlendEntry&) const = default;
 };
 
 struct DataSpec {
-  std::string path;                   // raw token file (.bin)
-  std::string token_dtype = "uint16"; // uint16 | uint32
+  std::string path;                   // raw token file (.bin), or a Megatron indexed dataset (PREFIX[.bin|.idx])
+  std::string token_dtype = "uint16"; // uint16 | uint32 (raw files; indexed datasets name their own)
   bool shuffle = false;
   std::string text;                   // optional UTF-8 corpus to tokenize
+  std::vector<BlendEntry> blend;      // [[weight, path], ...]: datasets mixed by weight (instead of path)
+  std::vector<BlendEntry> valid;      // validation data: a path (one entry, weight 1) or a blend
 };
 
 struct CheckpointSpec {

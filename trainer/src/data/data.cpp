@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 
 #include "meshrun/train/model/params.hpp"
 
@@ -90,12 +91,15 @@ std::uint32_t TokenFile::raw(std::int64_t i) const {
   return v;
 }
 
-BatchSchedule::BatchSchedule(const TokenFile& file, std::int64_t seq_len, std::int64_t global_batch, bool shuffle,
+BatchSchedule::BatchSchedule(const TokenStream& file, std::int64_t seq_len, std::int64_t global_batch, bool shuffle,
                              std::uint64_t seed)
-    : file_(file), seq_(seq_len), batch_(global_batch), shuffle_(shuffle), seed_(seed) {}
+    : file_(file), seq_(seq_len), batch_(global_batch), windows_((file.tokens() - 1) / seq_len), shuffle_(shuffle),
+      seed_(seed) {
+  if (windows_ < 1) throw std::logic_error("BatchSchedule: the token stream holds fewer than seq_len + 1 tokens");
+}
 
 std::int64_t BatchSchedule::window_start(std::int64_t index) const {
-  const std::int64_t w = file_.windows();
+  const std::int64_t w = windows_;
   if (!shuffle_) return (index % w) * seq_;
   const std::int64_t epoch = index / w;
   if (epoch != perm_epoch_) {

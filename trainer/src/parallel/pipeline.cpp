@@ -35,7 +35,7 @@ Stage& PipelineRuntime::stage(int chunk, const Action& a) {
 }
 
 std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int microbatches, const Loader& load,
-                                            double loss_scale, PipelineTiming* timing) {
+                                            double loss_scale, PipelineTiming* timing, bool forward_only) {
   const int chunks = static_cast<int>(stages_.size());
   std::vector<double> losses(static_cast<std::size_t>(microbatches), 0.0);
   PipelineTiming t;
@@ -45,6 +45,8 @@ std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int
   const auto start = Clock::now();
   trace::Recorder* const tracer = trace::active();  // a traced step (--trace): every action is recorded
   for (const Action& a : actions) {
+    if (forward_only && a.kind != ActionKind::F && a.kind != ActionKind::send_act && a.kind != ActionKind::recv_act)
+      continue;
     const auto t0 = Clock::now();
     auto account = [&](double& total, std::vector<double>& per_chunk, int& count) {
       const double dt = seconds_since(t0);
@@ -57,6 +59,7 @@ std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int
         Stage& s = stage(a.chunk, a);
         if (s.units().first || s.units().last) load(a.microbatch, s.ids(a.microbatch), s.targets(a.microbatch));
         losses[a.microbatch] += s.forward(a.microbatch);
+        if (forward_only && s.units().last) s.discard(a.microbatch);
         account(t.f_s, t.chunk_f_s, t.f);
         break;
       }
@@ -80,6 +83,7 @@ std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int
         s.hold(a.microbatch,
                pp_.isend(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch), peer(a, grad ? prev_ : next_), kTag),
                grad);
+        if (forward_only) s.discard(a.microbatch);  // the send completes before the slot is reused
         break;
       }
       case ActionKind::recv_act:

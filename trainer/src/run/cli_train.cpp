@@ -21,6 +21,7 @@
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 #include "meshrun/train/run/cli.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
+#include "meshrun/train/data/samples.hpp"
 #include "meshrun/train/run/trainer.hpp"
 #include "heartbeat.hpp"
 #include "meshrun/comm/wait_state.hpp"
@@ -188,20 +189,23 @@ void check_launcher_agrees(const std::map<std::string, std::string>& env, const 
 
 // ---- meshrun-train's run, step by step (every rank makes the same collective calls in the same order) ----
 
-// The token file (built from data.text first when asked), loaded on every rank.
-std::unique_ptr<TokenFile> load_token_file(const JobConfig& cfg, int rank) {
-  const std::string path = token_file_path(cfg, rank);
-  ensure_token_file(cfg, path, rank);
-  std::unique_ptr<TokenFile> file;
+// The training samples (data.path, built from data.text first when asked, or data.blend) and, with data.valid,
+// the validation samples, opened on every rank.
+std::unique_ptr<SampleSource> open_sample_source(const JobConfig& cfg, int rank, bool validation) {
+  std::string path;
+  if (!validation && cfg.data.blend.empty()) {
+    path = token_file_path(cfg, rank);
+    ensure_token_file(cfg, path, rank);
+  }
+  std::unique_ptr<SampleSource> source;
   std::string err;
   try {
-    file = std::make_unique<TokenFile>(path, cfg.data.token_dtype, cfg.model.vocab, cfg.training.seq_len,
-                                       cfg.training.global_batch_size);
+    source = open_samples(validation ? validation_samples(cfg) : training_samples(cfg, path));
   } catch (const DataError& e) {
     err = e.what();
   }
-  if (!all_ok(err.empty())) throw InputError(err.empty() ? "the token file failed to load on another rank" : err);
-  return file;
+  if (!all_ok(err.empty())) throw InputError(err.empty() ? "the data failed to load on another rank" : err);
+  return source;
 }
 
 // checkpoint.dir: stop signals are caught, and rank 0 makes sure the directory can be written.
@@ -316,10 +320,10 @@ template <class T>
 struct RunCheckpoints {
   Trainer<T>& trainer;
   const CheckpointSpec& ck;
-  const TokenFile& data;
+  std::int64_t data_tokens;
   int rank;
   SaveHistory history;
-  CheckpointSaver<T> saver{trainer, ck.dir, ck.keep, data.tokens(), ck.async};
+  CheckpointSaver<T> saver{trainer, ck.dir, ck.keep, data_tokens, ck.async};
   int failures = 0;  // consecutive failed saves
 
   // Commits the save in flight (collective); the log line is printed only after the commit (latest renamed).
@@ -435,9 +439,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   Groups groups = make_mpi_groups(MPI_COMM_WORLD, grid);
   const std::vector<RankPlace> places = gather_places(MPI_COMM_WORLD, grid);
   Heartbeat heartbeat(MPI_COMM_WORLD, places, heartbeat_timeout_from_env());
-  const std::unique_ptr<TokenFile> file = load_token_file(cfg, rank);
-  const BatchSchedule schedule(*file, cfg.training.seq_len, cfg.training.global_batch_size, cfg.data.shuffle,
-                               cfg.training.seed);
+  const std::unique_ptr<SampleSource> samples = open_sample_source(cfg, rank, false);
+  const std::unique_ptr<SampleSource> valid = cfg.data.valid.empty() ? nullptr : open_sample_source(cfg, rank, true);
   Trainer<T> trainer(cfg, grid, rank, groups);
   const CheckpointSpec& ck = cfg.checkpoint;
   const int world = layout.world();
@@ -445,7 +448,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   const std::string resume_from = checkpoint_to_resume(ck, rank, world);
   int start = 0;
   if (!resume_from.empty())
-    start = resume(trainer, resume_from, ck, file->tokens(), rank, world);
+    start = resume(trainer, resume_from, ck, samples->total_tokens(), rank, world);
   else
     start_fresh(trainer, cfg, rank);
   if (!ck.dir.empty() && rank == 0) std::remove(status_file_path(ck.dir).c_str());  // it speaks of this run only
@@ -465,7 +468,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
                                       trainer.geometry().microbatches, static_cast<int>(layout.world())}, util);
   }
 
-  RunCheckpoints<T> checkpoints{trainer, ck, *file, rank, SaveHistory{start > 0 ? start : -1}};
+  RunCheckpoints<T> checkpoints{trainer, ck, samples->total_tokens(), rank, SaveHistory{start > 0 ? start : -1}};
   if (!ck.dir.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t bytes = checkpoints.saver.reserve();
@@ -487,8 +490,11 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     heartbeat.set_step(s + 1);
     if (tracer) tracer->before_step(s);  // the step after the traced ones writes the trace (collective)
     const double waited_before = comm::total_wait_seconds();
-    const StepStats st = trainer.step(s, schedule);
+    StepStats st = trainer.step(s, *samples);
     const double waited = comm::total_wait_seconds() - waited_before;
+    // training.eval_interval: the validation loss after every interval's step and after the last one.
+    if (valid && cfg.training.eval_interval > 0 && ((s + 1) % cfg.training.eval_interval == 0 || s + 1 == cfg.training.steps))
+      st.eval_loss = trainer.evaluate(*valid, cfg.training.eval_batches);
     if (tracer) tracer->after_step(s);
     StragglerReport late;
     if (stragglers.after_step(s + 1, st.ms / 1000.0, waited, &late))

@@ -146,6 +146,7 @@ void MetricsFile::write_step(const StepStats& st, std::int64_t memory_bytes, boo
         .field("expert_tokens_max", st.expert_tokens_max)
         .field("expert_tokens_mean", st.expert_tokens_mean)
         .field("a2a_bytes", st.a2a_bytes);
+  if (st.eval_loss >= 0) w.field("eval_loss", st.eval_loss);  // steps that evaluated data.valid
   w.end_object();
   write_line(line);
 }

@@ -66,6 +66,7 @@ void print_step(const StepStats& st, const JobConfig& cfg, bool first, const Pro
   std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s global | MFU %.1f%% | %.1f ms/step",
               st.step, cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, 100.0 * u.mfu(st.ms / 1000.0),
               st.ms);
+  if (st.eval_loss >= 0) std::printf(" | eval_loss %.4f", st.eval_loss);
   if (cfg.model.experts > 0)
     std::printf(" | aux %.5f | expert tokens max %.0f mean %.1f | a2a %s", st.aux_loss, st.expert_tokens_max,
                 st.expert_tokens_mean, mib(st.a2a_bytes).c_str());

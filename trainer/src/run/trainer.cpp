@@ -311,7 +311,7 @@ void Trainer<T>::load(const std::string& path) {
 }
 
 template <class T>
-StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
+StepStats Trainer<T>::step(int s, const SampleSource& data) {
   const auto t0 = std::chrono::steady_clock::now();
   const TrainingSpec& tr = cfg_.training;
   const BatchGeometry& g = geometry_;
@@ -415,6 +415,33 @@ StepStats Trainer<T>::step(int s, const BatchSchedule& data) {
   st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   st.tokens_per_s = static_cast<double>(g.global_batch * S) / (st.ms / 1000.0);
   return st;
+}
+
+template <class T>
+double Trainer<T>::evaluate(const SampleSource& data, int batches) {
+  const BatchGeometry& g = geometry_;
+  const std::int64_t Sl = g.tokens_per_cp_rank;
+  // Per batch as a step sums its loss (micro-batches in order, then data-parallel ranks, then stages), so a
+  // layout whose training loss equals the single process's bit for bit has the same validation loss too.
+  std::vector<double> sums(static_cast<std::size_t>(batches), 0.0);
+  for (int b = 0; b < batches; ++b) {
+    auto load = [&](int j, Buf mb_ids, Buf mb_targets) {
+      for (std::int64_t r = 0; r < g.micro_batch_size; ++r)
+        data.tokens(g.sequence_index(b, coord_.dp, j, r), read_pos_.data(), Sl, ids_host_.data() + r * Sl,
+                    targets_host_.data() + r * Sl);
+      backend_->upload(mb_ids, ids_host_.data());
+      backend_->upload(mb_targets, targets_host_.data());
+    };
+    // The step's own action list, forward only.
+    for (double l : runtime_->run(schedule_.ranks[coord_.pp], static_cast<int>(g.microbatches), load, 0.0, nullptr,
+                                  /*forward_only=*/true))
+      sums[static_cast<std::size_t>(b)] += l;
+  }
+  dp_.all_reduce(sums.data(), batches);
+  pp_.all_reduce(sums.data(), batches);
+  double loss = 0;
+  for (double x : sums) loss += x * loss_normalizer(cfg_.training);
+  return loss / batches;
 }
 
 template class Trainer<float>;

@@ -20,7 +20,28 @@ struct DataError : std::exception {
   std::string msg;
 };
 
-class TokenFile {
+// A stream of token ids that samples are cut from: a raw token file, or the .bin of a Megatron indexed
+// dataset (samples.hpp). Every id was checked to be in [0, model.vocab) when the stream was opened.
+class TokenStream {
+ public:
+  virtual ~TokenStream() = default;
+  virtual std::int64_t tokens() const = 0;
+  virtual std::int32_t at(std::int64_t i) const = 0;  // token i (unchecked index)
+};
+
+// What the trainer draws samples from: global sample `index` (= step·B + i for training) is a sequence of
+// S + 1 tokens. A pure function of the index and the seed, so every layout and every resume reads the same.
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Only the tokens at `positions` (within the sequence, each < S) of global sample `index`: what a
+  // context-parallel rank reads. ids[i] = token positions[i], targets[i] = the token after it.
+  virtual void tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
+                      std::int32_t* targets) const = 0;
+  virtual std::int64_t total_tokens() const = 0;  // of every dataset read (what a checkpoint records)
+};
+
+class TokenFile : public TokenStream {
  public:
   // Throws DataError naming the file and the fix when it is missing, empty, not a whole number of
   // tokens, holds an id outside [0, vocab) (vocab must be in [1, 2^31]), or is shorter than one batch (B·S + 1 tokens).
@@ -30,10 +51,10 @@ class TokenFile {
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
-  std::int64_t tokens() const { return n_; }
+  std::int64_t tokens() const override { return n_; }
   std::int64_t windows() const { return windows_; }  // sequences of S+1 tokens that fit, stepping by S
   // Token i; the constructor checked every id is in [0, vocab), so it fits an int32.
-  std::int32_t at(std::int64_t i) const { return static_cast<std::int32_t>(raw(i)); }
+  std::int32_t at(std::int64_t i) const override { return static_cast<std::int32_t>(raw(i)); }
 
  private:
   std::uint32_t raw(std::int64_t i) const;  // the stored value, unchecked
@@ -45,22 +66,23 @@ class TokenFile {
   std::int64_t n_ = 0, windows_ = 0;
 };
 
-class BatchSchedule {
+// The windows of one token stream (needs at least S + 1 tokens).
+class BatchSchedule : public SampleSource {
  public:
-  BatchSchedule(const TokenFile& file, std::int64_t seq_len, std::int64_t global_batch, bool shuffle,
+  BatchSchedule(const TokenStream& file, std::int64_t seq_len, std::int64_t global_batch, bool shuffle,
                 std::uint64_t seed);
+  std::int64_t windows() const { return windows_; }  // sequences of S+1 tokens that fit, stepping by S
   // First token of global sequence `index` (= step·B + i).
   std::int64_t window_start(std::int64_t index) const;
   // ids[0..S) and targets[0..S) of global sequence `index`.
   void sequence(std::int64_t index, std::int32_t* ids, std::int32_t* targets) const;
-  // Only the tokens at `positions` (within the sequence, each < S) of global sequence `index`: what a
-  // context-parallel rank reads.
   void tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
-              std::int32_t* targets) const;
+              std::int32_t* targets) const override;
+  std::int64_t total_tokens() const override { return file_.tokens(); }
 
  private:
-  const TokenFile& file_;
-  std::int64_t seq_, batch_;
+  const TokenStream& file_;
+  std::int64_t seq_, batch_, windows_;
   bool shuffle_;
   std::uint64_t seed_;
   mutable std::int64_t perm_epoch_ = -1;

@@ -36,8 +36,11 @@ class PipelineRuntime {
   PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next);
 
   // Runs `actions`; returns each micro-batch's Σ cross-entropy (non-zero on the last chunk's rank only).
+  // forward_only (evaluation): only the F actions and activation transfers of `actions` run (every rank
+  // drops the same gradient transfers, so the pairs stay matched), and a slot is freed once its activation
+  // is sent or, on the last chunk, its loss computed: no gradient is computed or accumulated.
   std::vector<double> run(const std::vector<Action>& actions, int microbatches, const Loader& load,
-                          double loss_scale, PipelineTiming* timing);
+                          double loss_scale, PipelineTiming* timing, bool forward_only = false);
 
  private:
   Stage& stage(int chunk, const Action& a);

@@ -32,6 +32,7 @@ namespace meshrun::train {
 struct StepStats {
   int step = 0;  // 1-based, as printed
   double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, ms = 0;
+  double eval_loss = -1;  // the validation loss after this step (Trainer::evaluate), < 0 when not evaluated
   PipelineTiming pipeline;  // this rank's action list: time blocked in receives, in F/B/W
   double comm_exposed_ms = 0;  // blocked on data-parallel / ZeRO communication (ParamStore, zero.hpp)
   // Mixture of experts (zeros for a dense model): the load-balancing loss (already times
@@ -80,7 +81,11 @@ class Trainer {
   void init_params();                       // layout-independent, from training.seed
   void load(const std::string& path);       // Hugging Face names and shapes; every rank reads the file
   void save(const std::string& path);       // collective; world rank 0 writes
-  StepStats step(int s, const BatchSchedule& data);
+  StepStats step(int s, const SampleSource& data);
+  // The validation loss (collective): the mean cross-entropy over `batches` global batches of `data`, batch b
+  // being its samples [b·B, (b+1)·B) laid out as a training step's; forward only (no gradient, optimizer or
+  // RNG state is touched), so training continues exactly as without it.
+  double evaluate(const SampleSource& data, int batches);
 
   // Every tensor in its global shape, on every rank (collective). Order of the parameter table.
   std::vector<std::pair<std::string, std::vector<T>>> gather_params();

@@ -1,0 +1,182 @@
+#include "meshrun/train/data/samples.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+
+#include "meshrun/train/model/params.hpp"
+
+namespace meshrun::train {
+
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string t(suffix);
+  return s.size() > t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+bool exists(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// One dataset's windows, owning its token stream.
+class OneDataset final : public SampleSource {
+ public:
+  OneDataset(std::unique_ptr<TokenStream> stream, const SampleSpec& s, std::uint64_t seed)
+      : stream_(std::move(stream)), schedule_(*stream_, s.seq_len, s.global_batch, s.shuffle, seed) {}
+  void tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
+              std::int32_t* targets) const override {
+    schedule_.tokens(index, positions, count, ids, targets);
+  }
+  std::int64_t total_tokens() const override { return stream_->tokens(); }
+
+ private:
+  std::unique_ptr<TokenStream> stream_;
+  BatchSchedule schedule_;
+};
+
+class Blend final : public SampleSource {
+ public:
+  Blend(std::vector<std::unique_ptr<SampleSource>> parts, std::vector<double> weights)
+      : parts_(std::move(parts)), index_(std::move(weights)) {}
+  void tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
+              std::int32_t* targets) const override {
+    const auto [d, k] = index_.locate(index);
+    parts_[static_cast<std::size_t>(d)]->tokens(k, positions, count, ids, targets);
+  }
+  std::int64_t total_tokens() const override {
+    std::int64_t n = 0;
+    for (const auto& p : parts_) n += p->total_tokens();
+    return n;
+  }
+
+ private:
+  std::vector<std::unique_ptr<SampleSource>> parts_;
+  BlendIndex index_;
+};
+
+// The token stream of one dataset, holding at least `min_tokens`.
+std::unique_ptr<TokenStream> open_stream(const std::string& path, const SampleSpec& s, std::int64_t batch) {
+  if (!is_indexed_dataset(path)) return std::make_unique<TokenFile>(path, s.token_dtype, s.vocab, s.seq_len, batch);
+  auto stream = std::make_unique<IndexedTokens>(path, s.vocab);
+  const std::int64_t need = batch * s.seq_len + 1;
+  if (stream->tokens() < need)
+    throw DataError("indexed dataset " + stream->dataset().prefix() + " holds " + std::to_string(stream->tokens()) +
+                    " tokens, fewer than " + (batch == 1 ? "one sample" : "one batch") + " needs (" +
+                    std::to_string(need) + (batch == 1 ? " = seq_len + 1" : " = global_batch_size·seq_len + 1") +
+                    "); use a larger dataset or a shorter training.seq_len");
+  return stream;
+}
+
+}  // namespace
+
+bool is_indexed_dataset(const std::string& path) {
+  if (ends_with(path, ".idx")) return true;
+  if (ends_with(path, ".bin")) return exists(path.substr(0, path.size() - 4) + ".idx");
+  return exists(path + ".idx");
+}
+
+IndexedTokens::IndexedTokens(const std::string& prefix, std::int64_t vocab) : data_(prefix) {
+  data_.check_ids_below(vocab);
+}
+
+BlendIndex::BlendIndex(std::vector<double> weights) : weights_(std::move(weights)) {
+  double sum = 0;
+  for (double w : weights_) {
+    if (!std::isfinite(w) || w < 0) throw DataError("a blend weight is negative or not finite; weights are finite and >= 0");
+    sum += w;
+  }
+  if (weights_.empty() || !(sum > 0) || !std::isfinite(sum))
+    throw DataError("the blend's weights do not sum to a positive number; give at least one dataset a positive weight");
+  for (double& w : weights_) w /= sum;  // Megatron's normalize(): w / sum(w)
+  counts_.push_back(std::vector<std::int64_t>(weights_.size(), 0));
+}
+
+void BlendIndex::fill_block(std::int64_t block) const {
+  // build_blending_indices, from the counts at the block's start.
+  auto walk = [&](std::int64_t first, std::vector<std::int64_t>& counts, bool record) {
+    for (std::int64_t i = first; i < first + kBlock; ++i) {
+      const double x = std::max(static_cast<double>(i), 1.0);
+      std::size_t best = 0;
+      double best_error = weights_[0] * x - static_cast<double>(counts[0]);
+      for (std::size_t d = 1; d < weights_.size(); ++d) {
+        const double error = weights_[d] * x - static_cast<double>(counts[d]);
+        if (error > best_error) best_error = error, best = d;
+      }
+      if (record) {
+        dataset_[static_cast<std::size_t>(i - first)] = static_cast<std::int32_t>(best);
+        sample_[static_cast<std::size_t>(i - first)] = counts[best];
+      }
+      ++counts[best];
+    }
+  };
+  while (static_cast<std::int64_t>(counts_.size()) <= block) {
+    std::vector<std::int64_t> next = counts_.back();
+    walk((static_cast<std::int64_t>(counts_.size()) - 1) * kBlock, next, false);
+    counts_.push_back(std::move(next));
+  }
+  dataset_.resize(kBlock);
+  sample_.resize(kBlock);
+  std::vector<std::int64_t> counts = counts_[static_cast<std::size_t>(block)];
+  walk(block * kBlock, counts, true);
+  block_ = block;
+}
+
+std::pair<int, std::int64_t> BlendIndex::locate(std::int64_t index) const {
+  const std::int64_t block = index / kBlock;
+  if (block != block_) fill_block(block);
+  const auto i = static_cast<std::size_t>(index - block * kBlock);
+  return {dataset_[i], sample_[i]};
+}
+
+std::unique_ptr<SampleSource> open_samples(const SampleSpec& s) {
+  // Ids travel as int32 in the batches: a larger vocabulary could not be represented.
+  if (s.vocab <= 0 || s.vocab > std::int64_t{INT32_MAX} + 1)
+    throw DataError("model.vocab = " + std::to_string(s.vocab) + " is outside [1, 2^31]; token ids are int32 in the batches");
+  if (s.datasets.empty()) throw DataError(s.key + " names no dataset; set it to a token file or an indexed dataset");
+  if (s.datasets.size() == 1)
+    return std::make_unique<OneDataset>(open_stream(s.datasets[0].path, s, s.global_batch), s, s.seed);
+  // A blend: each dataset needs one sample; dataset d > 0 is shuffled with its own key (d = 0 keeps the seed).
+  std::vector<std::unique_ptr<SampleSource>> parts;
+  std::vector<double> weights;
+  for (std::size_t d = 0; d < s.datasets.size(); ++d) {
+    const std::uint64_t seed = d == 0 ? s.seed : mix64(s.seed ^ mix64(0x424c454e44ULL + d));
+    try {
+      parts.push_back(std::make_unique<OneDataset>(open_stream(s.datasets[d].path, s, 1), s, seed));
+    } catch (const DataError& e) {
+      throw DataError(s.key + " entry " + std::to_string(d) + ": " + e.msg);
+    }
+    weights.push_back(s.datasets[d].weight);
+  }
+  try {
+    return std::make_unique<Blend>(std::move(parts), std::move(weights));
+  } catch (const DataError& e) {
+    throw DataError(s.key + ": " + e.msg);
+  }
+}
+
+SampleSpec training_samples(const JobConfig& cfg, const std::string& token_file) {
+  SampleSpec s;
+  s.datasets = cfg.data.blend.empty() ? std::vector<BlendEntry>{{1.0, token_file}} : cfg.data.blend;
+  s.key = cfg.data.blend.empty() ? "data.path" : "data.blend";
+  s.token_dtype = cfg.data.token_dtype;
+  s.vocab = cfg.model.vocab;
+  s.seq_len = cfg.training.seq_len;
+  s.global_batch = cfg.training.global_batch_size;
+  s.shuffle = cfg.data.shuffle;
+  s.seed = cfg.training.seed;
+  return s;
+}
+
+SampleSpec validation_samples(const JobConfig& cfg) {
+  SampleSpec s = training_samples(cfg, "");
+  s.datasets = cfg.data.valid;
+  s.key = "data.valid";
+  return s;
+}
+
+}  // namespace meshrun::train
