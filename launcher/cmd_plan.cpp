@@ -161,7 +161,19 @@ int cmd_plan(int argc, char** argv) {
   const bool layout_only = req.template_path.empty();
   const RuleSet rules = layout_only ? RuleSet::layout : framework ? RuleSet::model : RuleSet::trainer;
   const EnvPolicy policy = env_inputs(cfg).policy;
-  Resolution res = resolve_job(cfg, {rules, 0, &policy});
+  // Out of memory is one line naming the sizes, here and below (the output's size follows the input).
+  auto out_of_memory = [&] {
+    return fail("out of memory (std::bad_alloc) building the plan of " + std::to_string(cluster.gpus()) +
+                " GPUs (cluster.nodes " + std::to_string(cluster.nodes) + " × cluster.gpus_per_node " +
+                std::to_string(cluster.gpus_per_node) + ")" + (schedule ? " with --schedule" : "") +
+                "; lower cluster.nodes or run where more memory is allowed");
+  };
+  Resolution res;
+  try {
+    res = resolve_job(cfg, {rules, 0, &policy});  // its warnings walk the rank map's groups
+  } catch (const std::bad_alloc&) {
+    return out_of_memory();
+  }
   if (!res.ok()) {
     std::string where = req.template_path.empty() ? "" : " (" + req.template_path + ")";
     for (const auto& p : res.problems)
@@ -288,9 +300,6 @@ int cmd_plan(int argc, char** argv) {
     std::fputs(o.str().c_str(), stdout);
     return 0;
   } catch (const std::bad_alloc&) {
-    return fail("out of memory (std::bad_alloc) building the plan of " + std::to_string(cluster.gpus()) +
-                " GPUs (cluster.nodes " + std::to_string(cluster.nodes) + " × cluster.gpus_per_node " +
-                std::to_string(cluster.gpus_per_node) + ")" + (schedule ? " with --schedule" : "") +
-                "; lower cluster.nodes or run where more memory is allowed");
+    return out_of_memory();
   }
 }

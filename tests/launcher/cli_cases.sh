@@ -273,7 +273,7 @@ case $case_name in
     m -- plan --no-site --nodes 2 --gpus-per-node 8 --mesh-tp 8
     expect_rc 0
     expect_out "model     none: no template, so only the layout's rules were checked"
-    expect_out "checks passed (3, the layout's rules only): world-size, ep-dp-cp, tp-nvlink"
+    expect_out "checks passed (3, rules layout): world-size, ep-dp-cp, tp-nvlink"
     grep -q "heads\|batch  " "$work/out" "$work/err" && fail "a model or batch fact in a template-less plan"
     m -- plan --no-site --nodes 2 --gpus-per-node 8 --mesh-tp 8 --format json
     expect_rc 0

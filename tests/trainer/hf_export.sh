@@ -34,7 +34,7 @@ for model in tiny tiny-moe; do
   extra=(); [[ $model == tiny-moe ]] && extra=(--set parallel.ep=2)
   expect 0 "checkpoint committed" "$model: 3 training steps saved to checkpoint.dir" -- run $model.toml "${extra[@]}" \
     --set training.steps=3 --set checkpoint.dir="$DIR/$model-ck" --no-metrics
-  expect 0 "tokenizer files: not yet" "$model: meshrun-ckpt export CKPT OUTDIR (says tokenizer files: not yet)" -- \
+  expect 0 "no tokenizer files (no --tokenizer" "$model: meshrun-ckpt export CKPT OUTDIR (says it wrote no tokenizer files)" -- \
     "$CKPT" export "$DIR/$model-ck" "$DIR/$model-hf"
   arch=LlamaForCausalLM; [[ $model == tiny-moe ]] && arch=MixtralForCausalLM
   "$PY" - "$DIR/$model-hf" "$arch" <<'PY' && pass "$model: config.json ($arch, sizes, rope, norm, router) and generation_config.json" || bad "$model: config.json"
@@ -176,4 +176,30 @@ sample_refused "sample --seed -3" "--seed -3 is not a number" --prompt x --seed 
 sample_refused "sample --temperature abc" "--temperature abc is not a number" --prompt x --temperature abc
 sample_refused "sample with an empty prompt" "the prompt is empty" --prompt ""
 sample_refused "sample with an unknown flag" "unexpected argument --beam" --prompt x --beam 4
+
+# --tokenizer: a SentencePiece model of 200 pieces (fits tiny's 256 ids) trained here with Debian's spm_train;
+# export ships it as tokenizer.model, sample encodes the prompt and decodes through it; a 300-piece model does
+# not fit the vocabulary and is refused by both.
+if command -v spm_train >/dev/null; then
+  head -c 300000 /usr/share/common-licenses/GPL-3 >"$DIR/spm.txt"
+  for n in 200 300; do
+    spm_train --input="$DIR/spm.txt" --model_prefix="$DIR/spm$n" --vocab_size=$n --model_type=bpe --byte_fallback=false \
+      --bos_id=1 --eos_id=2 --unk_id=0 >/dev/null 2>&1 || bad "spm_train --vocab_size=$n"
+  done
+  expect 0 "tokenizer.model" "export --tokenizer spm.model ships tokenizer.model" -- \
+    "$CKPT" export "$DIR/tiny-ck" "$DIR/tiny-hf-tok" --tokenizer "$DIR/spm200.model"
+  cmp -s "$DIR/spm200.model" "$DIR/tiny-hf-tok/tokenizer.model" && pass "the exported tokenizer.model is the given file" ||
+    bad "tokenizer.model differs from the given model"
+  expect 0 "ids:" "sample --tokenizer spm.model (prompt encoded and output decoded by it)" -- \
+    "$CKPT" sample "$DIR/tiny-ck" --prompt "The license " --tokenizer "$DIR/spm200.model" --max-new-tokens 8 --temperature 0 --ids
+  ids=$(sed -n 's/^ids: //p' "$DIR/out"); for t in $ids; do [[ $t -lt 200 ]] || bad "sampled id $t is outside the tokenizer's 200"; done
+  expect 2 "has 300 tokens but the model's vocabulary is 256" "export --tokenizer with a larger vocabulary is refused" -- \
+    "$CKPT" export "$DIR/tiny-ck" "$DIR/tiny-hf-tok300" --tokenizer "$DIR/spm300.model"
+  [[ ! -e $DIR/tiny-hf-tok300 ]] && pass "the refused export left no directory" || bad "a refused export left $DIR/tiny-hf-tok300"
+  sample_refused "sample --tokenizer with a larger vocabulary" "has 300 tokens but the model's vocabulary is 256" \
+    --prompt x --tokenizer "$DIR/spm300.model"
+  sample_refused "sample --tokenizer that does not exist" "--tokenizer" --prompt x --tokenizer "$DIR/none.json"
+else
+  bad "spm_train is missing (Debian package sentencepiece, scripts/install-deps)"
+fi
 exit $fail

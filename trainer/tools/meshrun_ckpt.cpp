@@ -1,7 +1,9 @@
 // meshrun-ckpt: inspect, verify and export the sharded checkpoints of meshrun-train (docs/trainer.md).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -13,6 +15,7 @@
 #include "meshrun/train/checkpoint/hf_model.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
 #include "meshrun/train/run/generate.hpp"
+#include "meshrun/train/tokenizer/tokenizer.hpp"
 #include "meshrun/version.hpp"
 
 namespace {
@@ -20,13 +23,16 @@ namespace {
 const char* kUsage =
     "usage: meshrun-ckpt inspect PATH [--verify]     step, layout, shards and tensors of a checkpoint\n"
     "       meshrun-ckpt export PATH OUT.safetensors  one Hugging Face safetensors file of the parameters\n"
-    "       meshrun-ckpt export PATH OUTDIR [--max-shard-size SIZE]\n"
+    "       meshrun-ckpt export PATH OUTDIR [--max-shard-size SIZE] [--tokenizer TOK]\n"
     "                                                 a Hugging Face model directory (config.json, model.safetensors\n"
-    "                                                 or shards of at most SIZE, default 5GB, + index, generation_config.json)\n"
-    "       meshrun-ckpt sample PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P] [--seed S] [--ids]\n"
+    "                                                 or shards of at most SIZE, default 5GB, + index, generation_config.json,\n"
+    "                                                 and TOK's files: tokenizer.json + tokenizer_config.json, or tokenizer.model)\n"
+    "       meshrun-ckpt sample PATH --prompt TEXT [--tokenizer TOK] [--max-new-tokens N] [--temperature T] [--top-p P]\n"
+    "                           [--seed S] [--ids]\n"
     "                                                 generate from the checkpoint's model (world 1, KV cache; CUDA when\n"
     "                                                 a device is visible, else CPU); defaults N 64, T 1 (0: greedy), P 1, S 0;\n"
-    "                                                 byte-level prompt encoding; --ids also prints the new token ids\n"
+    "                                                 the prompt through TOK (a tokenizer.json, .model or model directory),\n"
+    "                                                 else byte-level; --ids also prints the new token ids\n"
     "  PATH: a checkpoint (DIR/step-N) or a checkpoint.dir (its `latest` is used).\n"
     "  --verify reads every shard piece and checks sizes, headers and hashes.\n";
 
@@ -70,43 +76,51 @@ int export_command(int argc, char** argv) {
   const std::string out = argv[3];
   std::uint64_t max_shard = kHfDefaultShardBytes;
   bool shard_flag = false;
+  std::string tokenizer;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--max-shard-size" && i + 1 < argc) max_shard = parse_shard_size(argv[++i]), shard_flag = true;
+    if (a == "--tokenizer" && i + 1 < argc) tokenizer = argv[++i];
+    else if (a == "--max-shard-size" && i + 1 < argc) max_shard = parse_shard_size(argv[++i]), shard_flag = true;
     else if (a.rfind("--max-shard-size=", 0) == 0) max_shard = parse_shard_size(a.substr(17)), shard_flag = true;
-    else throw CheckpointError("unexpected argument " + a + "; usage: meshrun-ckpt export PATH OUTDIR [--max-shard-size SIZE]");
+    else throw CheckpointError("unexpected argument " + shown(a) + "; usage: meshrun-ckpt export PATH OUTDIR [--max-shard-size SIZE] [--tokenizer TOK]");
   }
   const std::string path = resolve(argv[2]);
   if (ends_with(out, ".safetensors")) {
-    if (shard_flag)
-      throw CheckpointError("--max-shard-size applies to the directory form; give an OUTDIR instead of " + out);
+    if (shard_flag || !tokenizer.empty())
+      throw CheckpointError(std::string(shard_flag ? "--max-shard-size" : "--tokenizer") +
+                            " applies to the directory form; give an OUTDIR instead of " + out);
     const std::int64_t n = export_checkpoint(path, out);
     std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", shown(out).c_str(), static_cast<long long>(n), shown(path).c_str());
     return 0;
   }
-  const HfExport r = export_hf_directory(path, out, max_shard);
+  const HfExport r = export_hf_directory(path, out, max_shard, tokenizer);
   std::string files;
   for (const std::string& f : r.files) files += (files.empty() ? "" : ", ") + f;
   std::printf("meshrun-ckpt: wrote the Hugging Face model directory %s (%lld bytes, %d weight file%s) from %s: %s\n",
               shown(out).c_str(), static_cast<long long>(r.bytes), r.shards, r.shards == 1 ? "" : "s", shown(path).c_str(),
               shown(files).c_str());
   if (r.tokenizer_files.empty())
-    std::printf("meshrun-ckpt: tokenizer files: not yet (the run's byte-level tokenizer has none; token ids are bytes 0-255)\n");
+    std::printf("meshrun-ckpt: no tokenizer files (no --tokenizer: a byte-level run's ids are bytes 0-255)\n");
   return 0;
 }
 
-// The prompt's token ids. The runs meshrun-ckpt reads use the byte-level tokenizer (meshrun-tokenize: each
-// UTF-8 byte is one id, 0-255); a run's tokenizer file replaces these two functions once data.tokenizer exists.
-std::vector<std::int32_t> encode_prompt(const std::string& text, std::int64_t vocab) {
+// The prompt's token ids: through the tokenizer when one is given (its special tokens added, as
+// transformers' encode does), else byte-level (meshrun-tokenize without --tokenizer: each UTF-8 byte is one id).
+std::vector<std::int32_t> encode_prompt(const std::string& text, std::int64_t vocab, const meshrun::train::Tokenizer* tok) {
+  std::vector<std::int32_t> ids;
+  if (tok) {
+    for (std::uint32_t id : tok->encode(text, true)) ids.push_back(static_cast<std::int32_t>(id));
+    return ids;
+  }
   if (vocab < 256)
     throw meshrun::train::CheckpointError("the model's vocabulary has " + std::to_string(vocab) +
-                                          " tokens, fewer than the byte-level tokenizer's 256; it cannot encode a prompt");
-  std::vector<std::int32_t> ids;
+                                          " tokens, fewer than the byte-level tokenizer's 256; give --tokenizer");
   for (unsigned char c : text) ids.push_back(c);
   return ids;
 }
-// The bytes of ids 0-255; another id (a vocabulary larger than the byte-level one) is shown as <id>.
-std::string decode_tokens(const std::vector<std::int32_t>& ids) {
+// The text of ids: the tokenizer's decoder, else bytes 0-255 (another id shown as <id>).
+std::string decode_tokens(const std::vector<std::int32_t>& ids, const meshrun::train::Tokenizer* tok) {
+  if (tok) return tok->decode(std::vector<std::uint32_t>(ids.begin(), ids.end()));
   std::string out;
   for (std::int32_t t : ids) out += t < 256 ? std::string(1, static_cast<char>(t)) : "<" + std::to_string(t) + ">";
   return out;
@@ -151,6 +165,7 @@ int sample_command(int argc, char** argv) {
   SampleOptions o;
   std::string prompt;
   bool have_prompt = false, print_ids = false;
+  std::string tokenizer;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -158,18 +173,31 @@ int sample_command(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--prompt") prompt = value(), have_prompt = true;
+    else if (a == "--tokenizer") tokenizer = value();
     else if (a == "--max-new-tokens") o.max_new_tokens = option_value<int>(a, value());
     else if (a == "--temperature") o.temperature = option_value<double>(a, value());
     else if (a == "--top-p") o.top_p = option_value<double>(a, value());
     else if (a == "--seed") o.seed = option_value<std::uint64_t>(a, value());
     else if (a == "--ids") print_ids = true;
-    else throw CheckpointError("unexpected argument " + shown(a) + "; usage: meshrun-ckpt sample PATH --prompt TEXT [--max-new-tokens N] "
+    else throw CheckpointError("unexpected argument " + shown(a) + "; usage: meshrun-ckpt sample PATH --prompt TEXT [--tokenizer TOK] [--max-new-tokens N] "
                                "[--temperature T] [--top-p P] [--seed S] [--ids]");
   }
   if (!have_prompt) throw CheckpointError("sample needs --prompt TEXT");
   const std::string path = resolve(argv[2]);
   const meshrun::ModelSpec model = checkpoint_model(path);
-  const std::vector<std::int32_t> ids = encode_prompt(prompt, model.vocab);
+  std::unique_ptr<Tokenizer> tok;
+  if (!tokenizer.empty()) {
+    try {
+      tok = load_tokenizer(tokenizer);
+    } catch (const TokenizerError& e) {
+      throw CheckpointError("--tokenizer: " + e.msg);
+    }
+    if (static_cast<std::int64_t>(tok->vocab_size()) > model.vocab)
+      throw CheckpointError("--tokenizer " + shown(tokenizer) + " has " + std::to_string(tok->vocab_size()) +
+                            " tokens but the model's vocabulary is " + std::to_string(model.vocab) +
+                            "; give the tokenizer the run was trained with");
+  }
+  const std::vector<std::int32_t> ids = encode_prompt(prompt, model.vocab, tok.get());
   if (const std::string why = check_sample_options(o, ids.size()); !why.empty()) throw CheckpointError(why);
   // The CUDA backend where this build has it and a device is visible, else the CPU's; fp32 either way.
   std::unique_ptr<dev::Backend> backend;
@@ -189,8 +217,15 @@ int sample_command(int argc, char** argv) {
                        "top-p %g, seed %llu\n", shown(path).c_str(), gen.backend().name().c_str(), ids.size(), o.max_new_tokens,
                o.temperature, o.top_p, static_cast<unsigned long long>(o.seed));
   std::fputs(terminal_safe(prompt).c_str(), stdout);
-  const std::vector<std::int32_t> out = gen.generate(ids, o, [](std::int32_t t) {
-    std::fputs(terminal_safe(decode_tokens({t})).c_str(), stdout);
+  // The new text so far is decoded whole each time and only its new end printed: a multi-byte character or a
+  // merge that spans tokens appears once complete.
+  std::vector<std::int32_t> fresh;
+  std::size_t shown_bytes = 0;
+  const std::vector<std::int32_t> out = gen.generate(ids, o, [&](std::int32_t t) {
+    fresh.push_back(t);
+    const std::string text = decode_tokens(fresh, tok.get());
+    if (text.size() > shown_bytes) std::fputs(terminal_safe(text.substr(shown_bytes)).c_str(), stdout);
+    shown_bytes = std::max(shown_bytes, text.size());
     std::fflush(stdout);
   });
   std::fputs("\n", stdout);

@@ -12,6 +12,7 @@
 #include "file_io.hpp"
 #include "manifest.hpp"
 #include "meshrun/train/checkpoint/checkpoint.hpp"
+#include "meshrun/train/tokenizer/tokenizer.hpp"
 #include "meshrun/train/checkpoint/hf_model.hpp"
 
 namespace meshrun::train {
@@ -142,12 +143,41 @@ std::int64_t export_checkpoint(const std::string& path, const std::string& out) 
   return write_tensor_file(m, m.order, out, readers);
 }
 
-// The one place tokenizer files join an export (docs/trainer.md: "tokenizer files: not yet"). The runs this
-// exports from use the byte-level tokenizer (meshrun-tokenize: ids are bytes), which has no tokenizer file;
-// copying a run's tokenizer.json / tokenizer.model belongs here once data.tokenizer exists.
-std::vector<std::string> export_tokenizer_files(const std::string& /*checkpoint*/, const std::string& /*outdir*/) { return {}; }
+std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, const std::string& outdir, std::int64_t vocab) {
+  if (tokenizer.empty()) return {};
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = load_tokenizer(tokenizer);
+  } catch (const TokenizerError& e) {
+    throw CheckpointError("--tokenizer: " + e.msg);
+  }
+  if (static_cast<std::int64_t>(tok->vocab_size()) > vocab)
+    throw CheckpointError("--tokenizer " + tokenizer + " has " + std::to_string(tok->vocab_size()) + " tokens but the model's vocabulary is " +
+                          std::to_string(vocab) + "; give the tokenizer the run was trained with");
+  // Which files: those load_tokenizer read (a directory's tokenizer.json, else its tokenizer.model).
+  const fs::path given(tokenizer);
+  std::vector<std::pair<fs::path, std::string>> copy;
+  const fs::path dir = fs::is_directory(given) ? given : given.parent_path();
+  const bool json_form = fs::is_directory(given) ? fs::exists(dir / "tokenizer.json") : given.extension() == ".json";
+  if (json_form) {
+    copy.push_back({fs::is_directory(given) ? dir / "tokenizer.json" : given, "tokenizer.json"});
+    for (const char* side : {"tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(dir / side)) copy.push_back({dir / side, side});
+  } else {
+    copy.push_back({fs::is_directory(given) ? dir / "tokenizer.model" : given, "tokenizer.model"});
+  }
+  std::vector<std::string> names;
+  for (const auto& [from, name] : copy) {
+    std::error_code ec;
+    fs::copy_file(from, fs::path(outdir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw CheckpointError("cannot copy " + from.string() + " into the export: " + ec.message());
+    names.push_back(name);
+  }
+  return names;
+}
 
-HfExport export_hf_directory(const std::string& path, const std::string& outdir, std::uint64_t max_shard_bytes) {
+HfExport export_hf_directory(const std::string& path, const std::string& outdir, std::uint64_t max_shard_bytes,
+                             const std::string& tokenizer) {
   const Manifest m = read_manifest(path);
   int seq_len = 0;
   const ModelSpec model = manifest_model(m, &seq_len);
@@ -191,7 +221,8 @@ HfExport export_hf_directory(const std::string& path, const std::string& outdir,
     if (n > 1) write_text(kHfIndexFile, json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
     write_text(kHfConfigFile, hf_config_text(model, seq_len, m.dtype));
     write_text(kHfGenerationConfigFile, hf_generation_config_text());
-    r.tokenizer_files = export_tokenizer_files(path, tmp);
+    r.tokenizer_files = export_tokenizer_files(tokenizer, tmp, model.vocab);
+    r.files.insert(r.files.end(), r.tokenizer_files.begin(), r.tokenizer_files.end());
     r.shards = n;
     fs::remove(outdir, ec);  // an empty directory given as the target
     fs::rename(tmp, outdir);

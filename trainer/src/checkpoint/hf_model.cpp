@@ -61,7 +61,7 @@ std::string hf_config_text(const ModelSpec& m, int max_positions, const std::str
   if (moe) {
     c["num_local_experts"] = m.experts;
     c["num_experts_per_tok"] = m.top_k;
-    c["router_aux_loss_coef"] = m.router_aux_loss_coef;
+    c["router_aux_loss_coef"] = m.aux_loss_coef();
     c["output_router_logits"] = false;
     c["router_jitter_noise"] = 0.0;
     c["sliding_window"] = nullptr;
@@ -188,7 +188,7 @@ void check_hf_config(const std::string& file, const json& c, const ModelSpec& m)
   if (moe) {
     same("num_local_experts", integer("num_local_experts", 8), m.experts, "model.experts");
     same("num_experts_per_tok", integer("num_experts_per_tok", 2), m.top_k, "model.top_k");
-    same_real("router_aux_loss_coef", number("router_aux_loss_coef", 0.001), m.router_aux_loss_coef, "model.router_aux_loss_coef");
+    same_real("router_aux_loss_coef", number("router_aux_loss_coef", 0.001), m.aux_loss_coef(), "model.router_aux_loss_coef");
     refuse_unless("sliding_window", nullptr, "meshrun-train attends to the whole causal window; load a model with "
                                              "sliding_window = null");
     if (number("router_jitter_noise", 0.0) != 0.0)

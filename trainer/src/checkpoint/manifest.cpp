@@ -67,7 +67,8 @@ json must_match(const JobConfig& c, std::int64_t data_tokens) {
                 {"experts", m.experts},
                 {"top_k", m.top_k},
                 {"moe_ffn_hidden", m.moe_ffn_hidden},
-                {"router_aux_loss_coef", m.router_aux_loss_coef},
+                {"router_aux", m.router_aux},
+                {"router_aux_loss_coef", m.aux_loss_coef()},
                 {"rope_theta", m.rope_theta},
                 {"norm_eps", m.norm_eps}}},
               {"training",
@@ -451,7 +452,7 @@ bool overlaps(const ManifestPiece& p, std::int64_t r0, std::int64_t c0, std::int
 namespace {
 // Model settings a manifest records since the Hugging Face export (which needs them); older manifests lack them.
 bool added_later(const std::string& section, const std::string& key) {
-  return section == "model" && (key == "top_k" || key == "moe_ffn_hidden" || key == "router_aux_loss_coef");
+  return section == "model" && (key == "top_k" || key == "moe_ffn_hidden" || key == "router_aux_loss_coef" || key == "router_aux");
 }
 }  // namespace
 
@@ -475,6 +476,7 @@ ModelSpec manifest_model(const Manifest& m, int* seq_len) {
   if (j.contains("top_k")) s.top_k = field<int>(j, "top_k", "model.", m.file);
   if (j.contains("moe_ffn_hidden")) s.moe_ffn_hidden = field<int>(j, "moe_ffn_hidden", "model.", m.file);
   if (j.contains("router_aux_loss_coef")) s.router_aux_loss_coef = field<double>(j, "router_aux_loss_coef", "model.", m.file);
+  if (j.contains("router_aux")) s.router_aux = field<std::string>(j, "router_aux", "model.", m.file);
   if (seq_len) *seq_len = field<int>(field<json>(m.root, "training", "", m.file), "seq_len", "training.", m.file);
   return s;
 }

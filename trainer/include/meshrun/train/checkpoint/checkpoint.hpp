@@ -157,12 +157,16 @@ std::int64_t export_checkpoint(const std::string& path, const std::string& out);
 // or be empty.
 struct HfExport {
   std::vector<std::string> files;            // written, in OUTDIR
-  std::vector<std::string> tokenizer_files;  // of those, the tokenizer's (none yet: byte-level runs have none)
+  std::vector<std::string> tokenizer_files;  // of those, the tokenizer's (none without --tokenizer)
   std::int64_t bytes = 0;
   int shards = 0;
 };
-HfExport export_hf_directory(const std::string& path, const std::string& outdir, std::uint64_t max_shard_bytes);
-// The tokenizer files of the run that wrote checkpoint `path`, copied into outdir; returns their names.
-std::vector<std::string> export_tokenizer_files(const std::string& path, const std::string& outdir);
+// tokenizer: a tokenizer.json, SentencePiece .model or model directory to ship with the weights ("": none).
+HfExport export_hf_directory(const std::string& path, const std::string& outdir, std::uint64_t max_shard_bytes,
+                             const std::string& tokenizer = "");
+// A tokenizer's files copied into outdir under the names transformers reads (tokenizer.json with the
+// tokenizer_config.json and special_tokens_map.json beside it, or tokenizer.model); returns their names.
+// Refused in one line when it does not load or its vocabulary exceeds `vocab`.
+std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, const std::string& outdir, std::int64_t vocab);
 
 }  // namespace meshrun::train
