@@ -149,6 +149,7 @@ std::vector<Field> make_schema() {
   add(choose(field("data.token_dtype", &JobConfig::data, &DataSpec::token_dtype, V::string, "token width"), {"uint16", "uint32"}));
   add(field("data.shuffle", &JobConfig::data, &DataSpec::shuffle, V::boolean, "seeded permutation of sequences"));
   add(field("data.text", &JobConfig::data, &DataSpec::text, V::string, "UTF-8 corpus to tokenize into data.path"));
+  add(field("data.tokenizer", &JobConfig::data, &DataSpec::tokenizer, V::string, "tokenizer for data.text (tokenizer.json, .model or model directory; else byte-level), recorded for export and sample"));
   add(field("data.blend", &JobConfig::data, &DataSpec::blend, V::blend, "datasets mixed by weight: [[weight, path], ...]"));
   add(field("data.valid", &JobConfig::data, &DataSpec::valid, V::blend, "validation data: a path or [[weight, path], ...]"));
 

@@ -198,7 +198,30 @@ if command -v spm_train >/dev/null; then
   [[ ! -e $DIR/tiny-hf-tok300 ]] && pass "the refused export left no directory" || bad "a refused export left $DIR/tiny-hf-tok300"
   sample_refused "sample --tokenizer with a larger vocabulary" "has 300 tokens but the model's vocabulary is 256" \
     --prompt x --tokenizer "$DIR/spm300.model"
-  sample_refused "sample --tokenizer that does not exist" "--tokenizer" --prompt x --tokenizer "$DIR/none.json"
+  sample_refused "sample --tokenizer that does not exist" "--tokenizer" --prompt x --tokenizer "$DIR/spm-none.model"
+
+  # data.tokenizer: meshrun-train tokenizes data.text with it (a Megatron dataset in the cache, EOS after each
+  # document), the checkpoint records it, and export and sample use it without --tokenizer.
+  export MESHRUN_CACHE_DIR=$DIR/cache
+  expect 0 "with $DIR/spm200.model into" "data.tokenizer: data.text tokenized with it, 2 steps saved" -- \
+    "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATES/tiny.toml" --set data.text="$DIR/spm.txt" --set data.tokenizer="$DIR/spm200.model" \
+    --set training.steps=2 --set checkpoint.dir="$DIR/tok-ck" --no-metrics
+  ls "$DIR"/cache/text-*.idx >/dev/null 2>&1 && pass "the cache holds a Megatron .bin/.idx" || bad "no .idx in $DIR/cache"
+  expect 0 "tokenizer files from $DIR/spm200.model" "export without --tokenizer ships the run's data.tokenizer" -- \
+    "$CKPT" export "$DIR/tok-ck" "$DIR/tok-hf"
+  cmp -s "$DIR/spm200.model" "$DIR/tok-hf/tokenizer.model" && pass "the run's tokenizer.model is in the export" ||
+    bad "the export's tokenizer.model is not the run's"
+  expect 0 "ids:" "sample without --tokenizer decodes with the run's data.tokenizer" -- \
+    "$CKPT" sample "$DIR/tok-ck" --prompt "The license " --max-new-tokens 6 --temperature 0 --ids
+  ids=$(sed -n 's/^ids: //p' "$DIR/out"); for t in $ids; do [[ $t -lt 200 ]] || bad "sampled id $t is outside the tokenizer's 200"; done
+  mv "$DIR/spm200.model" "$DIR/spm200.moved"
+  expect 2 "which is not there; give --tokenizer" "sample when the run's tokenizer is gone: refused in one line" -- \
+    "$CKPT" sample "$DIR/tok-ck" --prompt "x"
+  mv "$DIR/spm200.moved" "$DIR/spm200.model"
+  expect 2 "has 300 ids but model.vocab = 256" "data.tokenizer larger than model.vocab: refused in one line" -- \
+    "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATES/tiny.toml" --set data.text="$DIR/spm.txt" --set data.tokenizer="$DIR/spm300.model" \
+    --set training.steps=1 --no-metrics
+  unset MESHRUN_CACHE_DIR
 else
   bad "spm_train is missing (Debian package sentencepiece, scripts/install-deps)"
 fi

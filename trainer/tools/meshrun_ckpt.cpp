@@ -93,6 +93,13 @@ int export_command(int argc, char** argv) {
     std::printf("meshrun-ckpt: wrote %s (%lld bytes) from %s\n", shown(out).c_str(), static_cast<long long>(n), shown(path).c_str());
     return 0;
   }
+  // The run's own tokenizer (data.tokenizer, recorded in the manifest) unless --tokenizer names another.
+  std::string note;
+  if (tokenizer.empty()) {
+    const std::string recorded = checkpoint_tokenizer(path);
+    if (!recorded.empty() && std::filesystem::exists(recorded)) tokenizer = recorded;
+    else if (!recorded.empty()) note = " (the run's data.tokenizer " + shown(recorded) + " is not there; give --tokenizer)";
+  }
   const HfExport r = export_hf_directory(path, out, max_shard, tokenizer);
   std::string files;
   for (const std::string& f : r.files) files += (files.empty() ? "" : ", ") + f;
@@ -100,7 +107,10 @@ int export_command(int argc, char** argv) {
               shown(out).c_str(), static_cast<long long>(r.bytes), r.shards, r.shards == 1 ? "" : "s", shown(path).c_str(),
               shown(files).c_str());
   if (r.tokenizer_files.empty())
-    std::printf("meshrun-ckpt: no tokenizer files (no --tokenizer: a byte-level run's ids are bytes 0-255)\n");
+    std::printf("meshrun-ckpt: no tokenizer files%s\n",
+                note.empty() ? " (no --tokenizer and no data.tokenizer in the run: a byte-level run's ids are bytes 0-255)" : note.c_str());
+  else
+    std::printf("meshrun-ckpt: tokenizer files from %s\n", shown(tokenizer).c_str());
   return 0;
 }
 
@@ -185,6 +195,11 @@ int sample_command(int argc, char** argv) {
   if (!have_prompt) throw CheckpointError("sample needs --prompt TEXT");
   const std::string path = resolve(argv[2]);
   const meshrun::ModelSpec model = checkpoint_model(path);
+  if (tokenizer.empty()) {  // the run's own (data.tokenizer), which its token ids mean
+    tokenizer = checkpoint_tokenizer(path);
+    if (!tokenizer.empty() && !std::filesystem::exists(tokenizer))
+      throw CheckpointError("the run was trained with data.tokenizer " + shown(tokenizer) + ", which is not there; give --tokenizer");
+  }
   std::unique_ptr<Tokenizer> tok;
   if (!tokenizer.empty()) {
     try {

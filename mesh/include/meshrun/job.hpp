@@ -111,6 +111,8 @@ struct DataSpec {
   std::string token_dtype = "uint16"; // uint16 | uint32 (raw files; indexed datasets name their own)
   bool shuffle = false;
   std::string text;                   // optional UTF-8 corpus to tokenize
+  std::string tokenizer;              // tokenizer.json, SentencePiece .model or model directory: tokenizes data.text
+                                      // (else byte-level); recorded in checkpoints for export and sample
   std::vector<BlendEntry> blend;      // [[weight, path], ...]: datasets mixed by weight (instead of path)
   std::vector<BlendEntry> valid;      // validation data: a path (one entry, weight 1) or a blend
 };
@@ -122,7 +124,7 @@ struct CheckpointSpec {
   bool resume = true;
   std::string signal = "USR1";
   int signal_lead_s = 120;
-  std::string load;                   // safetensors file to start from
+  std::string load;                   // safetensors file or Hugging Face model directory to start from
   std::string save;                   // safetensors file to write at the end
   std::string on_error = "continue";  // a failed periodic save: continue (keep the previous checkpoint) or stop
   int max_failures = 3;               // consecutive failed saves that end the run even with on_error = continue

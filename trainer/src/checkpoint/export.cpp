@@ -143,6 +143,14 @@ std::int64_t export_checkpoint(const std::string& path, const std::string& out) 
   return write_tensor_file(m, m.order, out, readers);
 }
 
+std::string checkpoint_tokenizer(const std::string& path) {
+  const Manifest m = read_manifest(path);
+  const auto it = m.root.find("tokenizer");
+  if (it == m.root.end()) return "";
+  if (!it->is_string()) throw CheckpointError(m.file + ": field tokenizer is not a string; the manifest is damaged");
+  return it->get<std::string>();
+}
+
 std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, const std::string& outdir, std::int64_t vocab) {
   if (tokenizer.empty()) return {};
   std::unique_ptr<Tokenizer> tok;

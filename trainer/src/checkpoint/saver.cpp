@@ -461,6 +461,8 @@ SaveResult CheckpointSaver<T>::finish() {
       }
       m["files"] = std::move(files);
       m["lr_schedule"] = {{"completed_steps", step}, {"next_lr", lr_at(cfg.training, step)}};
+      // The run's tokenizer, for meshrun-ckpt export (its files ship with the weights) and sample.
+      if (!cfg.data.tokenizer.empty()) m["tokenizer"] = std::filesystem::absolute(cfg.data.tokenizer).lexically_normal().string();
       m["manifest_hash"] = manifest_digest(m);
       const std::string text = m.dump(1) + "\n";
       res.bytes_total = total + static_cast<std::int64_t>(text.size());

@@ -17,6 +17,7 @@
 
 #include "meshrun/train/data/data.hpp"
 #include "meshrun/train/data/indexed_dataset.hpp"
+#include "meshrun/train/data/tokenize.hpp"
 #include "meshrun/train/run/cli.hpp"
 #include "meshrun/train/tokenizer/tokenizer.hpp"
 #include "meshrun/version.hpp"
@@ -82,56 +83,56 @@ struct Options {
   std::vector<std::string> inputs;
 };
 
-int tokenize_with(const Options& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto tok = load_tokenizer(o.tokenizer);
-  const bool raw = o.format == "raw";
-  if (o.dtype != "uint16" && o.dtype != "uint32") throw DataError("--dtype " + o.dtype + " is not supported; use uint16 or uint32");
-  if (o.dtype == "uint16" && tok->vocab_size() > 65536)
-    throw DataError("the tokenizer has " + std::to_string(tok->vocab_size()) + " ids, more than uint16 holds; use --dtype uint32");
-  if (!raw && !tok->eos_id())
+}  // namespace
+
+TokenizeCounts tokenize_documents(const Tokenizer& tok, const std::vector<std::string>& inputs, const std::string& out,
+                                  const std::string& dtype, bool raw, const std::string& json_key) {
+  if (dtype != "uint16" && dtype != "uint32") throw DataError("--dtype " + dtype + " is not supported; use uint16 or uint32");
+  if (dtype == "uint16" && tok.vocab_size() > 65536)
+    throw DataError("the tokenizer has " + std::to_string(tok.vocab_size()) + " ids, more than uint16 holds; use --dtype uint32");
+  if (!raw && !tok.eos_id())
     throw DataError("the tokenizer has no EOS token (tokenizer_config.json eos_token, or the .model's eos_id) to end "
                     "documents with; give one or use --format raw");
   std::unique_ptr<RawWriter> raw_out;
   std::unique_ptr<IndexedDatasetWriter> mega_out;
-  std::string prefix = o.out;
   if (raw) {
-    raw_out = std::make_unique<RawWriter>(o.out, o.dtype);
+    raw_out = std::make_unique<RawWriter>(out, dtype);
   } else {
+    std::string prefix = out;
     if (ends_with(prefix, ".bin") || ends_with(prefix, ".idx")) prefix.resize(prefix.size() - 4);
-    mega_out = std::make_unique<IndexedDatasetWriter>(prefix, indexed_dtype_code(o.dtype));
+    mega_out = std::make_unique<IndexedDatasetWriter>(prefix, indexed_dtype_code(dtype));
   }
-  std::int64_t tokens = 0, documents = 0, bytes = 0;
+  TokenizeCounts n;
   auto add_document = [&](const std::string& text, const std::string& where) {
     std::vector<std::uint32_t> ids;
     try {
-      ids = tok->encode(text, true);
+      ids = tok.encode(text, true);
     } catch (const TokenizerError& e) {
       throw DataError(where + ": " + e.what());
     }
     if (raw) {
       raw_out->add(ids);
     } else {
-      ids.push_back(*tok->eos_id());
+      ids.push_back(*tok.eos_id());
       mega_out->add_document(ids.data(), ids.size());
     }
-    tokens += static_cast<std::int64_t>(ids.size());
-    bytes += static_cast<std::int64_t>(text.size());
-    ++documents;
+    n.tokens += static_cast<std::int64_t>(ids.size());
+    n.bytes += static_cast<std::int64_t>(text.size());
+    ++n.documents;
   };
-  for (const std::string& f : text_files(o.inputs)) {
-    const bool jsonl = !o.json_key.empty() || ends_with(f, ".jsonl");
+  for (const std::string& f : text_files(inputs)) {
+    const bool jsonl = !json_key.empty() || ends_with(f, ".jsonl");
     if (!jsonl) {
       add_document(read_file(f), f);
       continue;
     }
-    const std::string key = o.json_key.empty() ? "text" : o.json_key;
+    const std::string key = json_key.empty() ? "text" : json_key;
     std::ifstream is(f, std::ios::binary);
     if (!is) throw DataError("cannot read text file " + f);
     std::string line;
-    for (std::int64_t n = 1; std::getline(is, line); ++n) {
+    for (std::int64_t l = 1; std::getline(is, line); ++l) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = f + " line " + std::to_string(n);
+      const std::string where = f + " line " + std::to_string(l);
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
@@ -143,13 +144,25 @@ int tokenize_with(const Options& o) {
       add_document(j[key].get<std::string>(), where);
     }
   }
-  if (documents == 0) throw DataError("the inputs hold no documents; give a non-empty text or JSONL file");
+  if (n.documents == 0) throw DataError("the inputs hold no documents; give a non-empty text or JSONL file");
   if (raw) raw_out->finish();
   else mega_out->finish();
+  return n;
+}
+
+namespace {
+
+int tokenize_with(const Options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto tok = load_tokenizer(o.tokenizer);
+  const bool raw = o.format == "raw";
+  const TokenizeCounts n = tokenize_documents(*tok, o.inputs, o.out, o.dtype, raw, o.json_key);
+  std::string prefix = o.out;
+  if (ends_with(prefix, ".bin") || ends_with(prefix, ".idx")) prefix.resize(prefix.size() - 4);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("meshrun-tokenize: wrote %lld tokens in %lld documents (%s) to %s (%.1f MB in %.2f s, load included)\n",
-              static_cast<long long>(tokens), static_cast<long long>(documents), o.dtype.c_str(),
-              raw ? o.out.c_str() : (prefix + ".bin/.idx").c_str(), static_cast<double>(bytes) / 1e6, s);
+              static_cast<long long>(n.tokens), static_cast<long long>(n.documents), o.dtype.c_str(),
+              raw ? o.out.c_str() : (prefix + ".bin/.idx").c_str(), static_cast<double>(n.bytes) / 1e6, s);
   return 0;
 }
 

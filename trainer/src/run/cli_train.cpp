@@ -22,6 +22,7 @@
 #include "meshrun/train/run/cli.hpp"
 #include "meshrun/train/checkpoint/safetensors.hpp"
 #include "meshrun/train/data/samples.hpp"
+#include "meshrun/train/data/tokenize.hpp"
 #include "meshrun/train/run/trainer.hpp"
 #include "heartbeat.hpp"
 #include "meshrun/comm/wait_state.hpp"
@@ -116,12 +117,24 @@ std::string token_file_path(const JobConfig& cfg, int rank) {
       for (std::string part; std::getline(ss, part, ',');)
         if (!part.empty()) inputs.push_back(part);
       std::string key = "byte-level 1|" + cfg.data.token_dtype;
-      for (const std::string& f : text_files(inputs)) {
+      auto add_file = [&](const std::string& f) {
         std::error_code ec;
         const auto size = fs::file_size(f, ec);
         const auto mtime = fs::last_write_time(f, ec).time_since_epoch().count();
         key += "|" + fs::absolute(f).string() + "|" + std::to_string(size) + "|" + std::to_string(mtime);
+      };
+      if (!cfg.data.tokenizer.empty()) {  // another tokenizer (or a changed one) gets another file
+        key = "tokenizer 1|" + cfg.data.token_dtype;
+        const fs::path t(cfg.data.tokenizer);
+        if (fs::is_directory(t)) {
+          for (const char* f : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"})
+            if (fs::exists(t / f)) add_file((t / f).string());
+        } else {
+          add_file(t.string());
+          if (fs::exists(t.parent_path() / "tokenizer_config.json")) add_file((t.parent_path() / "tokenizer_config.json").string());
+        }
       }
+      for (const std::string& f : text_files(inputs)) add_file(f);
       const char* dir = std::getenv("MESHRUN_CACHE_DIR");
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");
@@ -148,7 +161,11 @@ std::string token_file_path(const JobConfig& cfg, int rank) {
 void ensure_token_file(const JobConfig& cfg, const std::string& path, int rank) {
   namespace fs = std::filesystem;
   std::string err;
-  if (rank == 0 && !path.empty() && !cfg.data.text.empty() && !fs::exists(path)) {
+  // With data.tokenizer the cache is a Megatron dataset: .bin is renamed into place before .idx, so the .idx
+  // says it is complete.
+  const bool with_tokenizer = !cfg.data.tokenizer.empty();
+  const std::string done = with_tokenizer ? path.substr(0, path.size() - 4) + ".idx" : path;
+  if (rank == 0 && !path.empty() && !cfg.data.text.empty() && !fs::exists(done)) {
     try {
       std::vector<std::string> inputs;
       std::stringstream ss(cfg.data.text);
@@ -156,9 +173,26 @@ void ensure_token_file(const JobConfig& cfg, const std::string& path, int rank) 
         if (!part.empty()) inputs.push_back(part);
       const fs::path parent = fs::path(path).parent_path();
       if (!parent.empty()) fs::create_directories(parent);
-      const auto n = tokenize_bytes(inputs, path, cfg.data.token_dtype);
-      std::printf("meshrun-train: tokenized %s into %s (%lld byte tokens)\n", cfg.data.text.c_str(), path.c_str(),
-                  static_cast<long long>(n));
+      if (with_tokenizer) {
+        std::unique_ptr<Tokenizer> tok;
+        try {
+          tok = load_tokenizer(cfg.data.tokenizer);
+        } catch (const TokenizerError& e) {
+          throw DataError("data.tokenizer: " + e.msg);
+        }
+        if (static_cast<std::int64_t>(tok->vocab_size()) > cfg.model.vocab)
+          throw DataError("data.tokenizer " + cfg.data.tokenizer + " has " + std::to_string(tok->vocab_size()) +
+                          " ids but model.vocab = " + std::to_string(cfg.model.vocab) + "; raise model.vocab to at least " +
+                          std::to_string(tok->vocab_size()));
+        const TokenizeCounts n = tokenize_documents(*tok, inputs, path, cfg.data.token_dtype, false, "");
+        std::printf("meshrun-train: tokenized %s with %s into %s (%lld tokens, %lld documents, EOS after each)\n",
+                    cfg.data.text.c_str(), cfg.data.tokenizer.c_str(), path.c_str(), static_cast<long long>(n.tokens),
+                    static_cast<long long>(n.documents));
+      } else {
+        const auto n = tokenize_bytes(inputs, path, cfg.data.token_dtype);
+        std::printf("meshrun-train: tokenized %s into %s (%lld byte tokens)\n", cfg.data.text.c_str(), path.c_str(),
+                    static_cast<long long>(n));
+      }
     } catch (const std::exception& e) {
       err = e.what();
     }

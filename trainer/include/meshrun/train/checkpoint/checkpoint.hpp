@@ -164,6 +164,9 @@ struct HfExport {
 // tokenizer: a tokenizer.json, SentencePiece .model or model directory to ship with the weights ("": none).
 HfExport export_hf_directory(const std::string& path, const std::string& outdir, std::uint64_t max_shard_bytes,
                              const std::string& tokenizer = "");
+// The tokenizer the run that wrote checkpoint `path` named (data.tokenizer, absolute), or "" when it had none.
+std::string checkpoint_tokenizer(const std::string& path);
+
 // A tokenizer's files copied into outdir under the names transformers reads (tokenizer.json with the
 // tokenizer_config.json and special_tokens_map.json beside it, or tokenizer.model); returns their names.
 // Refused in one line when it does not load or its vocabulary exceeds `vocab`.
