@@ -143,6 +143,21 @@ case $case_name in
     expect_out "exec --template $TINY --no-site --set training.steps=3 -- "
     expect_out "training.steps=3"
     ;;
+  layout-warnings)
+    # The resolved layout's warnings (here TP crossing the network) are resolve_job's: sbatch prints them as plan
+    # does (before, only plan computed the network ones; `run` outside Slurm folds the nodes onto this machine,
+    # where nothing crosses a network), and a layout that keeps TP inside a node has none.
+    for sub in plan sbatch; do
+      extra=(); [ $sub = sbatch ] && extra=(--dry-run --plugin no)
+      m -- $sub "$TINY" --no-site "${extra[@]}" --nodes 2 --gpus-per-node 2 --mesh-order dp-tp-cp-ep-pp
+      expect_rc 0
+      grep -q "2 of 2 TP groups cross the network with order dp-tp-cp-ep-pp" "$work/out" "$work/err" ||
+        fail "$sub: no TP-crosses-the-network warning"
+      m -- $sub "$TINY" --no-site "${extra[@]}" --nodes 2 --gpus-per-node 2
+      expect_rc 0
+      grep -q "cross the network" "$work/out" "$work/err" && fail "$sub: a network warning for TP inside the node"
+    done
+    ;;
   run-folds-nodes)
     m -- run "$TINY" --no-site --dry-run --nodes 2 --gpus-per-node 2
     expect_rc 0
