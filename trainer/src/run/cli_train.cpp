@@ -17,6 +17,7 @@
 #include "meshrun/device/backend.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/rank_map.hpp"
+#include "meshrun/resolve.hpp"
 #include "meshrun/task_env.hpp"
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 #include "meshrun/train/run/cli.hpp"
@@ -625,7 +626,18 @@ int run(int argc, char** argv, int rank, int world) {
     }
     collective_check(why, rank, world);
   }
-  if (const std::string why = check_train_setup(cfg, *layout); !why.empty()) throw InputError(why);
+  {
+    // mesh's one resolve, with the allocation MPI gives: on CPU one shared-memory node holding every rank. The
+    // dry run, the launcher and the plugin hold a template's job to the same rules (RuleSet::trainer).
+    Config here = config;
+    here.job.cluster.nodes = 1;
+    here.job.cluster.gpus_per_node = world;
+    here.job.cluster.nvlink_domain_gpus = world;
+    here.job.cluster.node_type = "generic";
+    here.job.cluster.hostlist.clear();
+    const Resolution res = resolve_job(here, {RuleSet::trainer, world, nullptr});
+    if (!res.ok()) throw InputError(res.problems.front().message);
+  }
   if (cfg.training.device == "cuda") throw InputError(cuda_refusal(cfg.training));
   try {
     (void)build_param_table(cfg.model, layout->tp, 0);
