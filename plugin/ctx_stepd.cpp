@@ -112,7 +112,7 @@ int stepd_user_init(spank_t sp, PluginState& st) {
       }
     }
   }
-  StepPlan plan = plan_step(st.opts, st.args, shape);
+  StepPlan plan = plan_step(st.opts, st.args, shape, /*with_warnings=*/false);
   if (!plan.problems.empty() || !plan.layout) {
     st.deferred_error = plan.problems.empty() ? "meshrun: the step's node or task count is unknown"
                                               : plan.error_text();

@@ -36,7 +36,7 @@ std::string resolve_template(const std::string& path, const std::string& cwd) {
   return cwd + "/" + path;
 }
 
-StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const StepShape& shape) {
+StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const StepShape& shape, bool with_warnings) {
   StepPlan plan;
   try {
     ConfigRequest req;
@@ -111,7 +111,7 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
   // The template's model is meshrun-train's: what the plugin accepts, the trainer runs. Without a template,
   // the layout's rules alone. The [env] policy was checked above, before the job shape is known.
   const bool full = opts.template_file.has_value();
-  Resolution res = resolve_job(plan.config, {full ? RuleSet::trainer : RuleSet::layout, shape.tasks, nullptr});
+  Resolution res = resolve_job(plan.config, {full ? RuleSet::trainer : RuleSet::layout, shape.tasks, nullptr, with_warnings});
   plan.rules = res.rules;
   plan.cluster = std::move(res.cluster);
   plan.layout = std::move(res.layout);

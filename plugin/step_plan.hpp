@@ -35,7 +35,8 @@ struct StepPlan {
 // Builds the configuration (defaults < site file < plugstack default_order < template < --mesh-* flags)
 // and runs every layout check. Without a template only layout checks run (the default model is a
 // placeholder, not the user's model).
-StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const StepShape& shape);
+// with_warnings = false where nothing prints them (slurmstepd): no walk over the rank map's groups there.
+StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const StepShape& shape, bool with_warnings = true);
 
 // The template path the user meant: absolute, or relative to `cwd`.
 std::string resolve_template(const std::string& path, const std::string& cwd);

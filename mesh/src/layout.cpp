@@ -100,6 +100,15 @@ Cluster resolve_cluster(const ClusterSpec& spec, std::vector<Problem>* problems)
   return c;
 }
 
+ClusterSpec single_node_spec(int ranks) {
+  ClusterSpec spec;
+  spec.nodes = 1;
+  spec.gpus_per_node = ranks;
+  spec.nvlink_domain_gpus = ranks;
+  spec.node_type = "generic";
+  return spec;
+}
+
 std::optional<Layout> resolve_layout(const LayoutSpec& spec, int64_t world, std::vector<Problem>* problems) {
   Layout l;
   bool ok = true;

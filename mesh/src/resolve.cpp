@@ -40,7 +40,7 @@ Resolution resolve_job(const Config& cfg, const ResolveOptions& options) {
   r.problems = check_rules(cfg.job, *r.layout, r.cluster, options.rules, &r.checks);
   if (options.env_policy)
     for (auto& p : check_job_env(cfg, *options.env_policy)) r.problems.push_back(std::move(p));
-  if (r.problems.empty()) r.warnings = layout_warnings(cfg.job, *r.layout, r.cluster);
+  if (r.problems.empty() && options.warnings) r.warnings = layout_warnings(cfg.job, *r.layout, r.cluster);
   return r;
 }
 

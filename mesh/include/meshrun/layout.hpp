@@ -67,6 +67,8 @@ struct Cluster {
 // meshrun/limits.hpp (nodes, GPUs per node, nodes × GPUs) it names the key and returns one node without
 // host names.
 Cluster resolve_cluster(const ClusterSpec& spec, std::vector<Problem>* problems);
+// The CPU trainer's allocation: one shared-memory node ("generic") holding all `ranks`.
+ClusterSpec single_node_spec(int ranks);
 
 // Resolves "auto" (dp = 0) and parses the order. world = the number of GPUs (ranks) the job gets. Refuses
 // (nullopt + a problem) a world or tp·cp·pp·dp beyond limits::kWorld and pp·virtual_stages beyond

@@ -19,6 +19,8 @@ struct ResolveOptions {
   RuleSet rules = RuleSet::trainer;
   int64_t world = 0;                      // ranks the allocation holds; 0: the cluster's GPUs
   const EnvPolicy* env_policy = nullptr;  // the site's policy: the job's [env] and --mesh-env checked when given
+  bool warnings = true;                   // false: skip layout_warnings (it walks the rank map's groups), where
+                                          // nothing prints them (slurmstepd, meshrun-train)
 };
 
 struct Resolution {

@@ -630,12 +630,8 @@ int run(int argc, char** argv, int rank, int world) {
     // mesh's one resolve, with the allocation MPI gives: on CPU one shared-memory node holding every rank. The
     // dry run, the launcher and the plugin hold a template's job to the same rules (RuleSet::trainer).
     Config here = config;
-    here.job.cluster.nodes = 1;
-    here.job.cluster.gpus_per_node = world;
-    here.job.cluster.nvlink_domain_gpus = world;
-    here.job.cluster.node_type = "generic";
-    here.job.cluster.hostlist.clear();
-    const Resolution res = resolve_job(here, {RuleSet::trainer, world, nullptr});
+    here.job.cluster = single_node_spec(world);
+    const Resolution res = resolve_job(here, {RuleSet::trainer, world, nullptr, /*warnings=*/false});
     if (!res.ok()) throw InputError(res.problems.front().message);
   }
   if (cfg.training.device == "cuda") throw InputError(cuda_refusal(cfg.training));

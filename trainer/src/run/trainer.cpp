@@ -23,13 +23,8 @@ double lr_at(const TrainingSpec& t, int s) {
 std::string check_train_setup(const JobConfig& cfg, const Layout& layout) {
   // Every rule of a meshrun-train job, each written once in mesh: the dry run, the launcher and the plugin hold a
   // template's job to the same set. On CPU the "cluster" is what MPI gives: one shared-memory node of every rank.
-  ClusterSpec spec;
-  spec.nodes = 1;
-  spec.gpus_per_node = static_cast<int>(layout.world());
-  spec.nvlink_domain_gpus = spec.gpus_per_node;
-  spec.node_type = "generic";
   std::vector<Problem> problems;
-  const Cluster cluster = resolve_cluster(spec, &problems);
+  const Cluster cluster = resolve_cluster(single_node_spec(static_cast<int>(layout.world())), &problems);
   if (problems.empty()) problems = check_rules(cfg, layout, cluster, RuleSet::trainer);
   return problems.empty() ? std::string() : problems.front().message;
 }
