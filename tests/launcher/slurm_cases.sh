@@ -277,10 +277,10 @@ SH
         T scancel "$id"; fail "job $id did not reach step 3: $(tail -5 "job-$id.out" 2>&1)"
       done
     }
-    submit 40 --set training.straggler_interval=10
+    submit 60 --set training.straggler_interval=10
     victim=$(rank_pid "$id" 3)
     [ -n "$victim" ] || { T scancel "$id"; fail "rank 3 of job $id not found"; }
-    while kill -STOP "$victim" 2>/dev/null; do sleep 0.25; kill -CONT "$victim" 2>/dev/null; sleep 0.08; done
+    "$SRC/tests/common/slow_rank.sh" "$victim" >/dev/null
     wait_job "$id"
     [ "$(job_state "$id")" = COMPLETED ] || fail "job $id: $(job_state "$id"): $(tail -5 "job-$id.out")"
     grep -qE "^meshrun-train: straggler at steps [0-9]+-[0-9]+: rank 3 on node n2 \(host [^,]*, pp 0 dp 1 tp 1 cp 0\) computes" "job-$id.out" ||
