@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -174,6 +175,13 @@ std::vector<Field> make_schema() {
   add(nonneg(field("site.preflight_gemm_gflops", &JobConfig::site, &SiteSpec::preflight_gemm_gflops, V::number, "site: meshrun preflight's expected GEMM GFLOP/s per device (0 = the allocation's median)")));
   add(nonneg(field("site.preflight_p2p_gbs", &JobConfig::site, &SiteSpec::preflight_p2p_gbs, V::number, "site: meshrun preflight's expected node-to-node GB/s each way (0 = the median)")));
   add(nonneg(field("site.preflight_allreduce_gbs", &JobConfig::site, &SiteSpec::preflight_allreduce_gbs, V::number, "site: meshrun preflight's expected all-reduce bus GB/s (0 = none)")));
+
+  add(field("planner.calibration", &JobConfig::planner, &PlannerSpec::calibration, V::string, "planner: calibration file (meshrun plan --calibrate) with the device's figures and fitted constants"));
+  {
+    Field x = field("planner.expert_imbalance", &JobConfig::planner, &PlannerSpec::expert_imbalance, V::number, "planner: MoE tokens of the busiest expert over the mean (meshrun-train's expert_tokens_max / expert_tokens_mean)");
+    x.min_number = 1;
+    add(std::move(x));
+  }
   return f;
 }
 
@@ -190,7 +198,7 @@ const Field* find_field(std::string_view key) {
 
 const std::vector<std::string>& sections() {
   static const std::vector<std::string> s{"job",  "cluster",    "model", "parallel", "training",
-                                          "data", "checkpoint", "env",   "site"};
+                                          "data", "checkpoint", "env",   "site", "planner"};
   return s;
 }
 
@@ -358,7 +366,11 @@ std::string store(JobConfig& job, const Field& f, const Scalar& v) {
       if (v.kind == Scalar::number) val = v.d;
       else if (v.kind == Scalar::integer) val = static_cast<double>(v.i);
       else return wrong_type();
-      if (!std::isfinite(val) || val < f.min_number) return key + " = " + v.shown() + " must be a finite number ≥ 0";
+      if (!std::isfinite(val) || val < f.min_number) {
+        char floor[32];
+        std::snprintf(floor, sizeof floor, "%g", f.min_number == -HUGE_VAL ? 0.0 : f.min_number);
+        return key + " = " + v.shown() + " must be a finite number ≥ " + floor;
+      }
       *static_cast<double*>(p) = val;
       return "";
     }

@@ -138,6 +138,17 @@ struct JobSpec {
   std::string output_dir;  // the run's directory for meshrun-train's metrics (else checkpoint.dir's)
 };
 
+// The planner's inputs beyond the job itself (docs/planner.md, "Calibration").
+struct PlannerSpec {
+  // A calibration file (written by `meshrun plan --calibrate` or meshrun-bench-device): the device's measured
+  // figures and the cost model's fitted constants. Usually set in the site file; `meshrun plan --calibration
+  // FILE` sets it for one command. Empty = the catalogue's published figures (GPUs only).
+  std::string calibration;
+  // MoE: tokens of the most loaded expert over the mean (meshrun-train's expert_tokens_max / _mean, >= 1);
+  // the busiest expert's GEMMs and the all-to-all are charged for it. 1 = balanced routing.
+  double expert_imbalance = 1.0;
+};
+
 // Site policy for task environments. Only the site file (/etc/meshrun/site.toml or $MESHRUN_SITE_CONFIG) may
 // set these; a template, flag or --set that tries is refused, so a job cannot widen what the site allows.
 struct SiteSpec {
@@ -165,6 +176,7 @@ struct JobConfig {
   DataSpec data;
   CheckpointSpec checkpoint;
   SiteSpec site;
+  PlannerSpec planner;
   std::map<std::string, std::string> env;   // [env]: extra variables (filtered by an allow-list)
 };
 
