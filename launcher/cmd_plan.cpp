@@ -2,7 +2,9 @@
 // rank will sit. Exit 0 when valid; 2 with one line per problem on stderr (and nothing on stdout) otherwise.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <new>
 #include <optional>
@@ -23,6 +25,7 @@
 #include "svg.hpp"
 #ifdef MESHRUN_HAVE_PLANNER
 #include "meshrun/planner.hpp"
+#include "meshrun/planner_calibration.hpp"
 #endif
 
 extern char** environ;
@@ -43,6 +46,11 @@ const char* kPlanHelp =
     "  --schedule               add the pipeline schedule: a timeline per pp rank (unit costs F = B = W = 1),\n"
     "                           its bubble_fraction and peak_live_microbatches (json: per-rank action lists)\n"
     "  --topology FILE.xml      use this hwloc XML node topology for every node (NIC and CPU set per rank)\n"
+    "  --calibration FILE       the device's figures and fitted constants for --estimate/--search (the same as\n"
+    "                           --set planner.calibration=FILE; needed for meshrun-train's CPU backend)\n"
+    "  --calibrate RUN.jsonl... [-o FILE]  fit the planner's constants to meshrun-train metrics files, starting\n"
+    "                           from --calibration FILE; print every run's error before and after and write the\n"
+    "                           fitted calibration to FILE (else stdout)\n"
     "  --for megatron|torchtitan  print the flags that make that framework build this rank map (one line, the\n"
     "                           words `meshrun exec --for` appends; with a template also the batch flags)\n"
     "%s"
@@ -60,6 +68,47 @@ int fail(const std::string& msg) {
   return 2;
 }
 
+#ifdef MESHRUN_HAVE_PLANNER
+// meshrun plan --calibrate: fit, print every run before and after, write the file. Throws ConfigError.
+int plan_calibrate(const std::vector<std::string>& paths, const std::string& base_path, const std::string& out) {
+  using namespace meshrun;
+  const planner::Calibration base = planner::load_calibration(base_path);
+  std::vector<planner::MeasuredRun> runs;
+  for (const std::string& p : paths) runs.push_back(planner::read_measured_run(p));
+  const planner::CalibrationFit fit = planner::calibrate(runs, base);
+  std::printf("calibration of %s from %zu run%s (base %s); fitted:", base.device.c_str(), runs.size(),
+              runs.size() == 1 ? "" : "s", base_path.c_str());
+  for (const std::string& name : fit.fitted)
+    for (const auto& [k, v] : fit.calibration.constants)
+      if (k == name) std::printf(" %s %.4g", k.c_str(), v);
+  std::printf("\n%-40s %12s %8s %12s %8s %12s %8s\n", "run (median of steps 2..N)", "measured ms", "spread",
+              "before ms", "error", "after ms", "error");
+  double before = 0, after = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const double m = runs[i].step_ms, b = fit.before_ms[i], a = fit.after_ms[i];
+    before += std::fabs(b / m - 1), after += std::fabs(a / m - 1);
+    std::string name = runs[i].path;
+    if (name.size() > 40) name = "…" + name.substr(name.size() - 39);
+    std::printf("%-40s %12.2f %7.1f%% %12.2f %+7.1f%% %12.2f %+7.1f%%\n", name.c_str(), m, 100 * runs[i].step_ms_spread,
+                b, 100 * (b / m - 1), a, 100 * (a / m - 1));
+  }
+  std::printf("mean absolute error: %.1f%% before, %.1f%% after\n", 100 * before / runs.size(), 100 * after / runs.size());
+  std::string header = "meshrun planner calibration: meshrun plan --calibrate over " + std::to_string(runs.size()) +
+                       " run(s), starting from " + base_path + "\nruns:";
+  for (const auto& r : runs) header += " " + r.path;
+  const std::string text = planner::calibration_toml(fit.calibration, header);
+  if (out.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  std::ofstream f(out);
+  if (!(f << text) || !(f.flush()))
+    throw ConfigError("--calibrate: cannot write " + out + "; check the directory");
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
@@ -67,7 +116,9 @@ int cmd_plan(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   ConfigRequest req;
   std::string format = "table", topology_xml;
-  bool all = false, estimate = false, search = false, schedule = false;
+  bool all = false, estimate = false, search = false, schedule = false, calibrate = false;
+  std::vector<std::string> calibrate_runs;
+  std::string calibration, calibrate_out;
   std::optional<Framework> framework;
   int top = 10;
   try {
@@ -86,6 +137,18 @@ int cmd_plan(int argc, char** argv) {
         continue;
       }
       if (cli::take_value(args, i, "--topology", &v)) { topology_xml = v; continue; }
+      if (cli::take_value(args, i, "--calibration", &v)) {
+        calibration = v;
+        req.sets.push_back("planner.calibration=\"" + v + "\"");
+        continue;
+      }
+      if (cli::take_value(args, i, "-o", &v) || cli::take_value(args, i, "--output", &v)) { calibrate_out = v; continue; }
+      if (a == "--calibrate") {
+        calibrate = true;
+        for (++i; i < args.size() && !args[i].empty() && args[i][0] != '-'; ++i) calibrate_runs.push_back(args[i]);
+        if (calibrate_runs.empty()) throw ConfigError("--calibrate needs metrics files: --calibrate RUN.jsonl ... (meshrun-train --metrics FILE)");
+        continue;
+      }
       if (cli::take_value(args, i, "--for", &v)) {
         framework = parse_framework(v);
         if (!framework) throw ConfigError("--for " + v + ": unknown framework; use megatron or torchtitan");
@@ -109,6 +172,20 @@ int cmd_plan(int argc, char** argv) {
         throw ConfigError("more than one template ('" + req.template_path + "' and '" + a + "'); give one");
       req.template_path = a;
       ++i;
+    }
+    if (!calibrate_out.empty() && !calibrate) throw ConfigError("-o FILE is where --calibrate writes; give --calibrate RUN.jsonl ...");
+    if (calibrate) {
+      if (!req.template_path.empty() || schedule || search || estimate || framework)
+        throw ConfigError("--calibrate reads the runs' own configs from their metrics; leave out the template and "
+                          "--estimate/--search/--schedule/--for");
+      if (calibration.empty())
+        throw ConfigError("--calibrate starts from a calibration file: give --calibration FILE (for the CPU: `mpirun -np 2 "
+                          "meshrun-bench-device > cpu.toml`; for a GPU a file with [planner] device = \"h100-sxm\")");
+#ifdef MESHRUN_HAVE_PLANNER
+      return plan_calibrate(calibrate_runs, calibration, calibrate_out);
+#else
+      throw ConfigError("--calibrate needs the planner, which this build does not include");
+#endif
     }
     if (framework && (schedule || search || estimate || format != "table"))
       throw ConfigError("--for prints the framework's flags alone; leave out --schedule, --search, --estimate and --format");

@@ -51,12 +51,15 @@ const CostConstants& cost_constants() {
       /*hop_latency_pcie_s=*/5.7e-6,
       /*hop_latency_network_s=*/9.6e-6,
       /*reserve_gib=*/4.0,
+      /*memory_efficiency=*/1.0,
+      /*shared_core_latency_s=*/0.0,
+      /*layer_overhead_s=*/0.0,
   };
   return c;
 }
 
 double gemm_efficiency(const Hardware& hw, double m, double n, double k, double count) {
-  const CostConstants& c = cost_constants();
+  const CostConstants& c = hw.constants;
   double waves = 1.0;
   if (hw.sms > 0) {
     auto quantized = [&](double rows, double cols) {
@@ -83,6 +86,7 @@ Hardware resolve_hardware(const ClusterSpec& spec, int gpus_per_node, int nvlink
   std::string key = !spec.gpu.empty() ? spec.gpu : std::string(node_type_gpu);
   const GpuPerf* g = find_gpu(key);
   Hardware hw;
+  hw.constants = cost_constants();
   if (g) {
     hw.gpu = g->name;
     hw.bf16_tflops = g->bf16_tflops;

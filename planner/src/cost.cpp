@@ -85,6 +85,7 @@ int bytes_of(const std::string& dtype, const char* key) {
 
 bool gpu_run(const JobConfig& cfg) {
   if (cfg.training.device == "cuda") return true;
+  if (!cfg.cluster.gpu.empty() || cfg.cluster.gpu_bf16_tflops > 0) return true;  // the template names its GPUs
   const NodeType* type = find_node_type(cfg.cluster.node_type);
   return type && type->gpu != "generic";  // a GPU node type: the run is planned for its GPUs, whatever trainer runs it
 }
@@ -100,7 +101,7 @@ int activation_dtype_bytes(const JobConfig& cfg) {
 int statistics_dtype_bytes(const JobConfig& cfg) { return !gpu_run(cfg) && cfg.training.dtype == "fp64" ? 8 : 4; }
 
 CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
-    : m_(cfg.model), hw_(hw), k_(cost_constants()), seq_(cfg.training.seq_len),
+    : m_(cfg.model), hw_(hw), k_(hw.constants), seq_(cfg.training.seq_len),
       global_batch_(cfg.training.global_batch_size),
       cp_ring_(cfg.parallel.cp_comm != "allgather"),
       pb_(bytes_of(cfg.training.param_dtype, "param_dtype")),
@@ -119,7 +120,8 @@ double CostModel::ring_latency(int n, int islands, Link link) const {
   const double intra = hw_.nvlink_gbps > 0 ? k_.hop_latency_nvlink_s : k_.hop_latency_pcie_s;
   const double inside = link == Link::pcie ? k_.hop_latency_pcie_s : intra;
   islands = std::clamp(islands, 1, n);
-  return k_.collective_base_latency_s + double(n - islands) * inside + double(islands - 1) * k_.hop_latency_network_s;
+  return k_.collective_base_latency_s + double(n - islands) * inside + double(islands - 1) * k_.hop_latency_network_s +
+         (hw_.core_share > 1 ? k_.shared_core_latency_s : 0.0);
 }
 
 double CostModel::p2p_latency(Link link) const {
@@ -127,7 +129,7 @@ double CostModel::p2p_latency(Link link) const {
   const double hop = link == Link::network ? k_.hop_latency_network_s
                      : link == Link::pcie  ? k_.hop_latency_pcie_s
                                            : k_.hop_latency_nvlink_s;
-  return k_.collective_base_latency_s + hop;
+  return k_.collective_base_latency_s + hop + (hw_.core_share > 1 ? k_.shared_core_latency_s : 0.0);
 }
 
 double CostModel::bandwidth(Link link) const {

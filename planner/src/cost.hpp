@@ -5,6 +5,7 @@
 
 #include "meshrun/geometry.hpp"
 #include "meshrun/planner.hpp"
+#include "meshrun/planner_calibration.hpp"
 #include "pipeline.hpp"
 
 namespace meshrun::planner::detail {
@@ -37,6 +38,7 @@ struct LayerCost {
   double fwd = 0;        // matmuls, attention and elementwise kernels
   double bwd = 0;        // their input and weight gradients
   double bwd_weight = 0; // the weight-gradient GEMMs of bwd (what zb defers as W)
+  ComputeParts parts;    // fwd + bwd by kernel group
   double selective = 0;  // extra work of selective recomputation (per layer, in the backward pass; time()
                          // charges it only when the setting recomputes selectively)
   double tp = 0, cp = 0, ep = 0;  // exposed collectives, latency included (cp: one K/V all-gather)
@@ -52,8 +54,9 @@ struct Cost {
   TimeParts time;
 };
 
-// A run on GPUs: training.device = "cuda", or a cluster of a GPU node type (h100, gb200, …: the template plans
-// for those GPUs even when another trainer runs it). Else the CPU trainer on "generic" nodes.
+// A run on GPUs: training.device = "cuda", a cluster of a GPU node type (h100, gb200, …: the template plans
+// for those GPUs even when another trainer runs it), or cluster.gpu / gpu_bf16_tflops set. Else the CPU
+// trainer on "generic" nodes, which needs a calibration file (calibration.cpp).
 bool gpu_run(const JobConfig& cfg);
 // Bytes per activation and per row statistic of the run, as meshrun-train allocates them (device/src/
 // precision.cpp): on GPUs param_dtype and fp32; on CPU training.dtype (bf16 is mixed: fp32 statistics).
@@ -121,12 +124,18 @@ class CostModel {
 
 namespace meshrun::planner::detail {
 
-// The config resolved once: cluster, hardware, schedule and recompute names checked.
+// The config resolved once: cluster, hardware (with the calibration applied), schedule and recompute names
+// checked. The first form reads planner.calibration when it is set.
 struct Resolved {
   Cluster cluster;
   Hardware hardware;
 };
 Resolved resolve(const JobConfig& cfg);  // throws ConfigError
+Resolved resolve(const JobConfig& cfg, const Calibration& calibration);
+// The CPU backend's constants before a calibration; the hardware of a CPU run from a calibration (refused
+// without one), or a GPU run's constants with a calibration's on top (calibration.cpp).
+CostConstants cpu_constants();
+void apply_calibration(const JobConfig& cfg, int ranks_per_node, const Calibration& cal, Hardware* hw);
 // Whether the planner may cost this setting: pp = 1 (nothing simulated) or a schedule of at most
 // kMaxScheduleSlots slots (mesh's schedule_size()); schedule_problem() and the search's skip both ask it.
 bool schedule_within_bound(int64_t global_batch, int64_t micro_batch, int dp, int pp, int v);

@@ -52,14 +52,15 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   const double f_act = moe ? m_.top_k * moe_ffn : double(m_.ffn_hidden);
   const double act_fn = (m_.mlp == "gelu" ? 2.0 : 3.0) * f_act;
   const double elementwise_bytes = act_ * (4.0 * m_.hidden + 2.0 * (q_dim + kv_dim) + act_fn + 6.0 * m_.hidden);
-  const double elementwise_time = tokens * elementwise_bytes / t / (hw_.hbm_tbps * 1e12);
+  const double elementwise_time = tokens * elementwise_bytes / t / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
   // Selective recomputation re-runs the two norms and the activation function in the backward pass.
   LayerCost c;
-  c.selective = tokens * act_ * (4.0 * m_.hidden + act_fn) / t / (hw_.hbm_tbps * 1e12);
+  c.selective = tokens * act_ * (4.0 * m_.hidden + act_fn) / t / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
   // Attention's and the elementwise kernels' backward: twice the forward work.
-  c.fwd = mm_fwd + attn_time + elementwise_time;
-  c.bwd = mm_bwd + 2 * (attn_time + elementwise_time);
+  c.fwd = mm_fwd + attn_time + elementwise_time + k_.layer_overhead_s / 2;
+  c.bwd = mm_bwd + 2 * (attn_time + elementwise_time) + k_.layer_overhead_s / 2;
   c.bwd_weight = mm_bwd_weight;
+  c.parts = {mm_fwd + mm_bwd, 3 * attn_time, 3 * elementwise_time};
 
   // Exposed collectives per layer per micro-batch and direction (backward moves the same volume), each
   // with its start-up latency (ring steps over the group, NCCL's model).
@@ -102,9 +103,17 @@ void CostModel::time(const Setting& s, const StageLayers& l, const AxisLinks& li
 }
 
 void CostModel::add_bubble(const Setting& s, const PipelineCosts& pc, Cost* out) const {
-  if (s.layout.pp == 1) return;
-  const int micro = int(s.batch.microbatches);
-  out->time.pp_bubble += pipeline_.run(s.schedule, s.layout.pp, s.layout.virtual_stages, micro, pc).min_idle;
+  if (s.layout.pp > 1) {
+    const int micro = int(s.batch.microbatches);
+    out->time.pp_bubble += pipeline_.run(s.schedule, s.layout.pp, s.layout.virtual_stages, micro, pc).min_idle;
+  }
+  // Ranks outnumbering a node's CPUs take turns: the step lasts at least every rank's kernel work over the
+  // CPUs (measured on this VM: 4 ranks on 2 CPUs each spend about a quarter of the one-rank kernel time
+  // in kernels, so they do not run them at once; the rest of the step is waiting).
+  if (hw_.core_share > 1) {
+    TimeParts& t = out->time;
+    t.shared_cores = std::max(0.0, hw_.core_share * (t.compute + t.recompute + t.optimizer) - t.step());
+  }
 }
 
 double CostModel::bubble_lower_bound(const Setting& s, const PipelineCosts& pc) const {
@@ -136,6 +145,8 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
     TimeParts& p = r.p;
     r.fwd = layers * c.fwd + (with_head ? c.head_fwd : 0);
     p.compute = layers * (c.fwd + c.bwd) + (with_head ? c.head_fwd + c.head_bwd : 0);
+    p.compute_parts = {layers * c.parts.matmul + (with_head ? c.head_fwd + c.head_bwd : 0), layers * c.parts.attention,
+                       layers * c.parts.elementwise};
     p.recompute = layers * (again * c.fwd + selective);
     p.tp_comm = layers * (2 + again) * c.tp;
     // CP (layer_cost): all-gather — forward gather, backward gather + reduce-scatter, full recomputation's
@@ -153,6 +164,8 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
 
   TimeParts step;
   step.compute = micro * mb.compute;
+  step.compute_parts = {micro * mb.compute_parts.matmul, micro * mb.compute_parts.attention,
+                        micro * mb.compute_parts.elementwise};
   step.recompute = micro * mb.recompute;
   step.tp_comm = micro * mb.tp_comm;
   step.cp_comm = micro * mb.cp_comm;
@@ -210,7 +223,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   // Optimizer step: read and write parameters, gradients and optimizer state of the local shard.
   const double shard = s.layout.zero_stage >= 1 ? n_dp : 1.0;
   const double state_bytes = (dense_params + expert_params) / shard * (pb_ + gb_ + ob_ * (2.0 + (pb_ != ob_)));
-  step.optimizer = 2 * state_bytes / (hw_.hbm_tbps * 1e12);
+  step.optimizer = 2 * state_bytes / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
   out->time = step;
   return pc;
 }

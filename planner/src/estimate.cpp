@@ -11,11 +11,24 @@ namespace meshrun::planner {
 namespace detail {
 
 Resolved resolve(const JobConfig& cfg) {
+  return resolve(cfg, cfg.planner.calibration.empty() ? Calibration{} : load_calibration(cfg.planner.calibration));
+}
+
+Resolved resolve(const JobConfig& cfg, const Calibration& calibration) {
   std::vector<Problem> problems;
   Resolved r{resolve_cluster(cfg.cluster, &problems), {}};
   if (!problems.empty()) throw ConfigError(problems.front().message);
-  r.hardware = resolve_hardware(cfg.cluster, r.cluster.gpus_per_node, r.cluster.nvlink_domain_gpus, r.cluster.type.gpu,
-                                r.cluster.type.nics_per_node);
+  if (gpu_run(cfg) || calibration.empty()) {
+    try {
+      r.hardware = resolve_hardware(cfg.cluster, r.cluster.gpus_per_node, r.cluster.nvlink_domain_gpus,
+                                    r.cluster.type.gpu, r.cluster.type.nics_per_node);
+    } catch (const ConfigError& e) {
+      if (gpu_run(cfg)) throw;
+      throw ConfigError(std::string(e.what()) + "; for meshrun-train on this machine's CPUs, measure them with `mpirun "
+                        "-np 2 meshrun-bench-device > cpu.toml` and pass --calibration cpu.toml");
+    }
+  }
+  apply_calibration(cfg, r.cluster.gpus_per_node, calibration, &r.hardware);
   if (!parse_recompute(cfg.training.recompute))
     throw ConfigError("training.recompute = \"" + cfg.training.recompute +
                       "\" is not known; use \"none\", \"selective\" or \"full\"");
@@ -109,8 +122,12 @@ std::string schedule_problem(const JobConfig& cfg, const Layout& layout) {
 }
 
 Estimate estimate(const JobConfig& cfg) {
+  return estimate(cfg, cfg.planner.calibration.empty() ? Calibration{} : load_calibration(cfg.planner.calibration));
+}
+
+Estimate estimate(const JobConfig& cfg, const Calibration& calibration) {
   using namespace detail;
-  Resolved r = resolve(cfg);
+  Resolved r = resolve(cfg, calibration);
   std::vector<Problem> problems;
   auto layout = resolve_layout(cfg.parallel, r.cluster.gpus(), &problems);
   if (!layout) throw ConfigError(problems.front().message);

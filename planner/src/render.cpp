@@ -68,6 +68,7 @@ void estimate_object(JsonWriter& j, const Estimate& e) {
   j.field("gpu", e.hardware.gpu).field("bf16_tflops", e.hardware.bf16_tflops).field("sms", e.hardware.sms);
   j.field("memory_gib", e.hardware.memory_gib).field("nvlink_gbps", e.hardware.nvlink_gbps);
   j.field("network_gbps_per_gpu", e.hardware.nic_gbps_per_gpu);
+  if (!e.hardware.calibration.empty()) j.field("calibration", e.hardware.calibration);
   j.end_object();
   j.key("links").begin_object();
   j.field("tp", link_name(e.links.tp)).field("cp", link_name(e.links.cp)).field("pp", link_name(e.links.pp));
@@ -90,6 +91,7 @@ void estimate_object(JsonWriter& j, const Estimate& e) {
   j.field("compute", t.compute).field("recompute", t.recompute).field("tp_comm", t.tp_comm);
   j.field("cp_comm", t.cp_comm).field("ep_comm", t.ep_comm).field("pp_bubble", t.pp_bubble);
   j.field("dp_comm", t.dp_comm).field("optimizer", t.optimizer);
+  if (t.shared_cores > 0) j.field("shared_cores", t.shared_cores);  // CPU ranks outnumbering the CPUs only
   j.end_object();
   j.field("tokens_per_s_per_gpu", e.tokens_per_s_per_gpu).field("tflops_per_gpu", e.tflops_per_gpu);
   j.field("mfu", e.mfu).field("model_flops_per_step", e.model_flops_per_step);
@@ -104,10 +106,16 @@ void print_estimate_table(std::ostream& os, const Estimate& e) {
   const Hardware& hw = e.hardware;
   os << "Estimate (cost model: docs/planner.md)\n";
   os << "  setting     " << setting_line(e) << "\n";
-  os << "  hardware    " << hw.gpu << ": " << fmt("%.0f", hw.bf16_tflops) << " TFLOP/s bf16"
-     << (hw.sms > 0 ? " on " + std::to_string(hw.sms) + " SMs" : std::string()) << ", "
-     << fmt("%.1f", hw.memory_gib) << " GiB, NVLink " << fmt("%.0f", hw.nvlink_gbps) << " GB/s, network "
-     << fmt("%.1f", hw.nic_gbps_per_gpu) << " GB/s per GPU\n";
+  if (hw.gpu == "cpu")
+    os << "  hardware    cpu (meshrun-train's CPU backend): " << fmt("%.1f", hw.bf16_tflops * 1000)
+       << " GFLOP/s matmul and " << fmt("%.1f", hw.hbm_tbps * 1000) << " GB/s memory per rank, MPI "
+       << fmt("%.1f", hw.pcie_gbps) << " GB/s, " << fmt("%.1f", hw.memory_gib) << " GiB per rank\n";
+  else
+    os << "  hardware    " << hw.gpu << ": " << fmt("%.0f", hw.bf16_tflops) << " TFLOP/s bf16"
+       << (hw.sms > 0 ? " on " + std::to_string(hw.sms) + " SMs" : std::string()) << ", "
+       << fmt("%.1f", hw.memory_gib) << " GiB, NVLink " << fmt("%.0f", hw.nvlink_gbps) << " GB/s, network "
+       << fmt("%.1f", hw.nic_gbps_per_gpu) << " GB/s per GPU\n";
+  if (!hw.calibration.empty()) os << "  calibration " << hw.calibration << "\n";
   os << "  links       tp " << link_name(e.links.tp) << ", cp " << link_name(e.links.cp) << ", pp "
      << link_name(e.links.pp) << ", dp·cp " << link_name(e.links.dp) << ", ep " << link_name(e.links.ep) << "\n";
   os << "  parameters  " << fmt("%.4g", double(e.params_total)) << " (" << e.first_stage_layers
@@ -142,6 +150,7 @@ void print_estimate_table(std::ostream& os, const Estimate& e) {
   sec("pipeline bubble", t.pp_bubble);
   sec("dp communication", t.dp_comm);
   sec("optimizer step", t.optimizer);
+  if (t.shared_cores > 0) sec("ranks sharing CPUs", t.shared_cores);
   sec("step", e.step_time_s);
   os << "  throughput  " << fmt("%.0f", e.tokens_per_s_per_gpu) << " tokens/s per GPU, "
      << fmt("%.0f", e.tflops_per_gpu) << " TFLOP/s per GPU, MFU " << fmt("%.1f", 100 * e.mfu) << "%\n";
@@ -160,6 +169,8 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
   os << "Search: " << r.world << " GPUs, " << r.meshes << " valid mesh shapes (" << shapes_dropped << " dropped), "
      << r.settings << " settings, " << r.feasible << " fit (" << r.feasible_meshes << " shapes), "
      << fmt("%.3f", r.elapsed_s) << " s\n";
+  if (!r.top.empty() && !r.top.front().hardware.calibration.empty())
+    os << "  calibration " << r.top.front().hardware.calibration << "\n";
   for (int i = 0; i < kDropReasons; ++i) {
     if (r.dropped_meshes[i]) os << "  dropped " << r.dropped_meshes[i] << " shapes: " << drop_reason(Drop(i)) << "\n";
     if (r.dropped_settings[i])
@@ -205,6 +216,8 @@ std::string search_json(const SearchResult& r) {
   j.field("world", r.world).field("elapsed_s", r.elapsed_s).field("meshes", r.meshes).field("settings", r.settings);
   j.field("feasible", r.feasible).field("feasible_meshes", r.feasible_meshes);
   j.field("config_rank", r.config_rank).field("config_gap", r.config_gap);
+  if (!r.top.empty() && !r.top.front().hardware.calibration.empty())
+    j.field("calibration", r.top.front().hardware.calibration);
   j.key("dropped").begin_array();
   for (int i = 0; i < kDropReasons; ++i) {
     if (!r.dropped_meshes[i] && !r.dropped_settings[i]) continue;

@@ -35,6 +35,13 @@ struct MemoryParts {
   }
 };
 
+// What `compute` is made of, by kernel group (what meshrun-train's metrics time per kernel kind, and what
+// --calibrate fits each efficiency against): GEMMs (the output head's included), attention, memory-bound
+// elementwise kernels. compute is their sum plus layer_overhead_s per layer and micro-batch.
+struct ComputeParts {
+  double matmul = 0, attention = 0, elementwise = 0;
+};
+
 // Seconds per optimizer step on the slowest pipeline stage; they add up to the step time.
 struct TimeParts {
   double compute = 0;    // forward + backward matmuls and attention, all micro-batches
@@ -45,7 +52,11 @@ struct TimeParts {
   double pp_bubble = 0;  // pipeline idle of the busiest rank (simulated schedule, P2P hops included)
   double dp_comm = 0;    // the part of DP/ZeRO traffic that backward/forward compute does not hide
   double optimizer = 0;  // optimizer step (HBM-bound)
-  double step() const { return compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + dp_comm + optimizer; }
+  double shared_cores = 0;  // CPU ranks outnumbering the node's CPUs: the node's kernel work over its CPUs, beyond the rest
+  ComputeParts compute_parts;  // compute by kernel group (not added again by step())
+  double step() const {
+    return compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + dp_comm + optimizer + shared_cores;
+  }
 };
 
 // Link each axis's groups use (slowest link inside one group).
@@ -90,6 +101,9 @@ struct Estimate {
 // layout is invalid (mesh validator), a dtype or recompute/schedule name is unknown, the GPU is unknown, or
 // the schedule it would simulate is over kMaxScheduleSlots (schedule_problem(), checked first).
 Estimate estimate(const JobConfig& cfg);
+// The same with a calibration given instead of read from planner.calibration (what --calibrate evaluates).
+struct Calibration;
+Estimate estimate(const JobConfig& cfg, const Calibration& calibration);
 
 // "" or the one line why the planner does not estimate this layout: with pp > 1 the bubble is simulated on
 // the step's full schedule table, and micro-batches × pp·virtual_stages is over kMaxScheduleSlots (mesh's

@@ -47,12 +47,21 @@ struct CostConstants {
   double hop_latency_pcie_s = 0.0;
   double hop_latency_network_s = 0.0;
   double reserve_gib = 0.0;           // per GPU: CUDA context, NCCL buffers, allocator fragmentation
+  double memory_efficiency = 1.0;     // share of the memory bandwidth the elementwise kernels and the optimizer reach
+  // More ranks than CPUs on a node (meshrun-train on CPU): each collective or transfer waits for a peer
+  // that is not running, about a scheduler time slice. 0 on GPUs (a rank per GPU).
+  double shared_core_latency_s = 0.0;
+  // Host time per layer and micro-batch outside kernels and communication (meshrun-train's CPU backend: its
+  // own copies and bookkeeping); on GPUs such gaps are part of the efficiencies, so 0.
+  double layer_overhead_s = 0.0;
 };
 const CostConstants& cost_constants();
 
 // The hardware an estimate runs on, after catalogue lookup and [cluster] overrides.
 struct Hardware {
-  std::string gpu;
+  std::string gpu;             // catalogue key, or "cpu" (meshrun-train's CPU backend, from a calibration file)
+  CostConstants constants = cost_constants();  // the device's, with a calibration file's on top
+  std::string calibration;     // the calibration file read, "" = none
   double bf16_tflops = 0;
   int sms = 0;                 // 0 = unknown: GEMMs are not wave-quantized
   double memory_gib = 0;
@@ -64,6 +73,9 @@ struct Hardware {
   double nic_gbit = 0;         // per NIC
   int gpus_per_node = 0;
   int nvlink_domain_gpus = 1;
+  // Ranks per CPU of a node when ranks outnumber CPUs (meshrun-train on CPU), else 1: the node's CPUs then
+  // run every rank's kernels in turn (cost_time.cpp, shared_cores).
+  double core_share = 1;
 };
 
 // Share of the bf16 peak one GEMM reaches: count equal problems (a grouped GEMM: MoE experts) of m×n
@@ -72,7 +84,8 @@ struct Hardware {
 // the smallest dimension n.
 double gemm_efficiency(const Hardware& hw, double m, double n, double k, double count = 1);
 
-// Resolves cluster.gpu (else the node type's GPU) in the catalogue and applies the overrides.
+// Resolves cluster.gpu (else the node type's GPU) in the catalogue and applies the overrides; constants are
+// cost_constants() (calibrate_hardware() layers a calibration file on top).
 // Throws meshrun::ConfigError with one actionable line when the GPU is unknown.
 Hardware resolve_hardware(const ClusterSpec& spec, int gpus_per_node, int nvlink_domain_gpus,
                           std::string_view node_type_gpu, int node_type_nics);

@@ -32,6 +32,7 @@
 #include "peak_probe.hpp"
 #include "signals.hpp"
 #include "step_log.hpp"
+#include "kernel_times.hpp"
 #include "stragglers.hpp"
 #include "trace_run.hpp"
 #include "watchdog.hpp"
@@ -491,6 +492,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   const MetricsTarget metrics_to = metrics_target(args.metrics, args.no_metrics, cfg);
   MetricsFile metrics = open_metrics(metrics_to.path, start, rank);
   const PeakFlops peak = measure_cpu_peak(MPI_COMM_WORLD, cfg.training.dtype);
+  const int cpus = node_cpus(MPI_COMM_WORLD, places);  // collective
   const Utilization util = utilization(cfg, peak.flops_per_s, peak.source);
   if (rank == 0) {
     const PipelineSchedule kind = trainer.schedule().spec.kind;
@@ -498,9 +500,18 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     print_utilization(util, metrics_to.path, metrics_to.why);
     std::printf("meshrun-train: %s\n", heartbeat.status().c_str());
     std::fflush(stdout);
-    if (metrics)
-      metrics.write_run(cfg, layout, {start, trainer.table().global_size(), pipeline_schedule_name(kind),
-                                      trainer.geometry().microbatches, static_cast<int>(layout.world())}, util);
+    if (metrics) {
+      RunFacts facts{start, trainer.table().global_size(), pipeline_schedule_name(kind), trainer.geometry().microbatches,
+                     static_cast<int>(layout.world())};
+      std::vector<std::string> nodes;
+      for (const RankPlace& p : places) {
+        if (std::find(nodes.begin(), nodes.end(), p.node) == nodes.end()) nodes.push_back(p.node);
+        facts.ranks_per_node += p.node == places[0].node && &p != &places[0];
+      }
+      facts.nodes = static_cast<int>(nodes.size());
+      facts.node_cpus = cpus;
+      metrics.write_run(cfg, layout, facts, util);
+    }
   }
 
   RunCheckpoints<T> checkpoints{trainer, ck, samples->total_tokens(), rank, SaveHistory{start > 0 ? start : -1}};
@@ -521,15 +532,19 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   Progress run_progress;
   double last_loss = 0;
   StragglerWatch stragglers(MPI_COMM_WORLD, cfg.training.straggler_interval, cfg.training.straggler_margin);
+  KernelTimesPerStep kernel_times(trainer.backend(), MPI_COMM_WORLD, !metrics_to.path.empty());
   for (int s = start; s < cfg.training.steps; ++s) {
     heartbeat.set_step(s + 1);
     if (tracer) tracer->before_step(s);  // the step after the traced ones writes the trace (collective)
     const double waited_before = comm::total_wait_seconds();
     StepStats st = trainer.step(s, *samples);
     const double waited = comm::total_wait_seconds() - waited_before;
+    st.kernel_ms = kernel_times.after_step();  // collective when metrics are written
     // training.eval_interval: the validation loss after every interval's step and after the last one.
-    if (valid && cfg.training.eval_interval > 0 && ((s + 1) % cfg.training.eval_interval == 0 || s + 1 == cfg.training.steps))
+    if (valid && cfg.training.eval_interval > 0 && ((s + 1) % cfg.training.eval_interval == 0 || s + 1 == cfg.training.steps)) {
       st.eval_loss = trainer.evaluate(*valid, cfg.training.eval_batches);
+      kernel_times.skip_since_last();
+    }
     if (tracer) tracer->after_step(s);
     StragglerReport late;
     if (stragglers.after_step(s + 1, st.ms / 1000.0, waited, &late))

@@ -1,5 +1,7 @@
 #include "metrics.hpp"
 
+#include "kernel_times.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -85,9 +87,18 @@ void MetricsFile::write_run(const JobConfig& cfg, const Layout& layout, const Ru
       .field("steps", cfg.training.steps)
       .field("device", cfg.training.device)
       .field("dtype", cfg.training.dtype)
+      .field("param_dtype", cfg.training.param_dtype)
+      .field("grad_dtype", cfg.training.grad_dtype)
+      .field("optim_dtype", cfg.training.optim_dtype)
       .field("params", run.params)
       .field("seq_len", cfg.training.seq_len)
-      .field("global_batch_size", cfg.training.global_batch_size);
+      .field("global_batch_size", cfg.training.global_batch_size)
+      .field("micro_batch_size", cfg.training.micro_batch_size);
+  w.key("host").begin_object()
+      .field("nodes", run.nodes)
+      .field("ranks_per_node", run.ranks_per_node)
+      .field("node_cpus", run.node_cpus)
+      .end_object();
   w.key("model").begin_object()
       .field("name", m.name)
       .field("layers", m.layers)
@@ -111,6 +122,7 @@ void MetricsFile::write_run(const JobConfig& cfg, const Layout& layout, const Ru
       .field("zero", layout.zero_stage)
       .field("sp", layout.sequence_parallel)
       .field("order", layout.order.str())
+      .field("cp_comm", cfg.parallel.cp_comm)
       .field("schedule", run.schedule)
       .field("virtual_stages", layout.virtual_stages)
       .field("microbatches", run.microbatches)
@@ -147,6 +159,11 @@ void MetricsFile::write_step(const StepStats& st, std::int64_t memory_bytes, boo
         .field("expert_tokens_mean", st.expert_tokens_mean)
         .field("a2a_bytes", st.a2a_bytes);
   if (st.eval_loss >= 0) w.field("eval_loss", st.eval_loss);  // steps that evaluated data.valid
+  if (!st.kernel_ms.empty()) {
+    w.key("kernel_ms").begin_object();
+    for (std::size_t i = 0; i < st.kernel_ms.size(); ++i) w.field(kernel_kinds()[i], st.kernel_ms[i]);
+    w.end_object();
+  }
   w.end_object();
   write_line(line);
 }

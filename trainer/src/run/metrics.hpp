@@ -32,6 +32,9 @@ struct RunFacts {
   std::string schedule;
   std::int64_t microbatches = 1;
   int world = 1;
+  // Where the ranks ran, for the planner's CPU model: nodes, the ranks on rank 0's node, and the CPUs they
+  // may run on together (the union of their affinity masks).
+  int nodes = 1, ranks_per_node = 1, node_cpus = 0;
 };
 
 class MetricsFile {

@@ -42,6 +42,9 @@ struct StepStats {
   double aux_loss = 0, expert_tokens_max = 0, expert_tokens_mean = 0;
   std::int64_t a2a_bytes = 0;
   std::vector<double> expert_tokens;  // [layers · E]: the step's assignments per (layer, expert), all ranks
+  // ms per kernel kind in this step, the most any rank spent (run/kernel_times.hpp's kinds and order); filled
+  // by meshrun-train's loop on rank 0 when metrics are written, else empty.
+  std::vector<double> kernel_ms;
 };
 
 // Learning rate of 0-based step s: linear warmup over warmup_steps, then cosine decay to min_lr at step
