@@ -352,7 +352,7 @@ TEST_CASE("renderers: table and JSON carry the contract keys", "[planner][render
   CHECK(estimate_json(estimate(job)).find("\"overflow\":null") != std::string::npos);
 }
 
-TEST_CASE("GPU generations: each catalogue GPU names its constants; outside the catalogue, hopper's",
+TEST_CASE("GPU generations: each catalogue GPU names its constants, a GPU outside the catalogue gets hopper's",
           "[planner][generation]") {
   CHECK(find_gpu("a100-80gb")->generation == "ampere");
   for (const char* gpu : {"h100-sxm", "h200"}) CHECK(find_gpu(gpu)->generation == "hopper");
