@@ -59,9 +59,9 @@ const CostConstants& cost_constants(std::string_view generation) {
   // Fitted on some published runs and checked on others (docs/planner.md, "Constants" and "Validation").
   // Hopper: η_mm and η_attn fitted on Llama 3 405B (paper Table 4, three rows); η_net and overlap as before.
   static const CostConstants hopper = with_efficiencies(0.61, 0.45, 0.80, 0.15);
-  // Ampere: η_net and overlap fitted on torchtitan's Llama 3 70B on 64 A100 (full recomputation); those
-  // runs are bound by ZeRO-3 traffic, so η_mm and η_attn cannot be fitted on them and keep the values the
-  // model had before (0.70, 0.50).
+  // Ampere: η_net and overlap fitted on torchtitan's Llama 3 70B on 64 A100 (full recomputation), whose gap
+  // was ZeRO-3 traffic over the assumed network; one figure cannot fit more, so η_mm and η_attn keep the values
+  // the model had before (0.70, 0.50).
   static const CostConstants ampere = with_efficiencies(0.70, 0.50, 0.95, 0.035);
   // Blackwell: no published bf16 run the model can express (docs/planner.md); hopper's, neither fitted nor
   // checked.
