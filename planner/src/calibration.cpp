@@ -185,6 +185,7 @@ void apply_calibration(const JobConfig& cfg, int ranks_per_node, const Calibrati
                                                                                         : cal.gflops_per_cpu;
     Hardware h;
     h.gpu = "cpu";
+    h.generation = "cpu";
     h.constants = calibrated_constants(cpu_constants(), cal);
     h.bf16_tflops = gflops / 1000.0;
     h.core_share = std::max(1.0, double(ranks_per_node) / cal.node_cpus);
@@ -382,7 +383,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const Calibration
   Calibration cal = base;
   // The starting point: the base file's constants over the device's defaults.
   const CostConstants start = cpu ? calibrated_constants(detail::cpu_constants(), base)
-                                  : calibrated_constants(cost_constants(), base);
+                                  : calibrated_constants(cost_constants(find_gpu(base.device)->generation), base);
   CostConstants k0 = start;
   std::vector<double> u(params.size());
   for (std::size_t p = 0; p < params.size(); ++p)

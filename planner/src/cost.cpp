@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "meshrun/config.hpp"
 
@@ -100,6 +101,19 @@ int activation_dtype_bytes(const JobConfig& cfg) {
 
 int statistics_dtype_bytes(const JobConfig& cfg) { return !gpu_run(cfg) && cfg.training.dtype == "fp64" ? 8 : 4; }
 
+namespace {
+double checked_imbalance(const PlannerSpec& planner) {
+  // The config layer refuses < 1 in a template; a JobConfig built in code reaches here unchecked.
+  if (!(planner.expert_imbalance >= 1.0 && std::isfinite(planner.expert_imbalance))) {
+    std::ostringstream what;
+    what << "planner.expert_imbalance = " << planner.expert_imbalance
+         << " is not a ratio of the busiest expert's tokens to the mean; use a number >= 1 (1 = balanced)";
+    throw ConfigError(what.str());
+  }
+  return planner.expert_imbalance;
+}
+}  // namespace
+
 CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
     : m_(cfg.model), hw_(hw), k_(hw.constants), seq_(cfg.training.seq_len),
       global_batch_(cfg.training.global_batch_size),
@@ -109,6 +123,7 @@ CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
       ob_(bytes_of(cfg.training.optim_dtype, "optim_dtype")),
       act_(activation_dtype_bytes(cfg)),
       stat_(statistics_dtype_bytes(cfg)),
+      imbalance_(checked_imbalance(cfg.planner)),
       p_(count_params(cfg.model)),
       params_total_(p_.total(cfg.model.layers)),
       capacity_(hw.memory_gib * double(1 << 30)),

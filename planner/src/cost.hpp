@@ -75,6 +75,7 @@ class CostModel {
   // search, which tests compare the search with).
   void use_simulated_live_slots(bool on) { simulated_live_ = on; }
   double model_flops_per_step() const { return model_flops_step_; }
+  double expert_imbalance() const { return imbalance_; }
   // Memory of the worse of the first and last stage.
   void memory(const Setting& s, const StageLayers& l, Cost* out) const;
   void time(const Setting& s, const StageLayers& l, const AxisLinks& links, Cost* out) const;
@@ -112,6 +113,7 @@ class CostModel {
   int pb_, gb_, ob_;        // bytes: parameters, gradients, optimizer state
   int act_;                 // activation bytes: the run's precision (activation_dtype_bytes())
   int stat_;                // per-row statistics (norm rstd, log-sum-exp, logits): fp32, fp64 in an fp64 run
+  double imbalance_;        // MoE: the busiest expert's tokens over the mean (planner.expert_imbalance, >= 1)
   ParamCount p_;
   int64_t params_total_;
   double capacity_;

@@ -34,8 +34,10 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   const double n = double(s.batch.rows_per_microbatch), nl = double(s.batch.rows_per_sp_rank);
   const double h = m_.hidden, qd = double(m_.q_dim()) / t, kvd = double(m_.kv_dim()) / t;
   const double hq = double(m_.heads) / t, ffn = moe ? 0.0 : double(m_.ffn_hidden) / t, vl = double(m_.vocab) / t;
-  // Mixture of experts, balanced routing: n·top_k rows leave and n·top_k arrive per rank, experts ÷ tp wide.
+  // Mixture of experts: n·top_k rows leave each rank and, balanced, as many arrive; the busiest rank receives
+  // planner.expert_imbalance times that (rows_in). Experts are ÷ tp wide.
   const double rows_e = moe ? n * m_.top_k : 0.0, fe = moe ? double(m_.expert_ffn()) / t : 0.0;
+  const double rows_in = rows_e * imbalance_;
 
   // Live (micro-batch, chunk) slots: what the schedule's simulated table gives (GPipe m, 1F1B pp − r,
   // interleaved Megatron's warm-up depth + 1, ZB-H1 min(pp, m)) in closed form (pipeline.cpp), each holding
@@ -58,7 +60,7 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
     if (moe)
       per_layer += rows_e * h * A * (s.batch.sequence_parallel ? 1 - 1 / t : 0)  // dispatched copies: not SP-sharded
                    + n * m_.experts * (St - 4) + rows_e * (St + 8) + m_.experts * St  // probs, weights, indices
-                   + rows_e * (h + 2 * fe) * A;                 // expert output gradient, gate/up gradients
+                   + rows_in * (h + 2 * fe) * A;                // expert output gradient, gate/up gradients
   }
   mem.activations = per_layer * in_flight_layers;
   if (s.recompute == Recompute::full) {  // the layer being recomputed is materialised in full
@@ -84,7 +86,7 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   double ws = deferred * chunk_grads * A + s.layout.virtual_stages * std::max(layer_grads, head_grads) * A;
   // The layer workspace (one per rank): row-parallel outputs (nl and n rows), the MLP and attention
   // backward scratch, the gathered norm output under sequence parallelism, the experts' scratch.
-  ws += (nl * h + n * h + n * ffn + n * qd + (s.batch.sequence_parallel ? n * h : 0) + rows_e * fe) * A;
+  ws += (nl * h + n * h + n * ffn + n * qd + (s.batch.sequence_parallel ? n * h : 0) + rows_in * fe) * A;
   // Context parallelism: K/V send and receive blocks and their gradients (all-gather: the gathered K/V and
   // dK/dV of all cp ranks too), one half-chunk's partial attention output and its log-sum-exp.
   if (s.layout.cp > 1) {

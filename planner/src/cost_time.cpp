@@ -7,7 +7,7 @@
 namespace meshrun::planner::detail {
 
 double CostModel::gemm_fwd(double m, double n, double k, double count) const {
-  return count * 2.0 * m * n * k / (hw_.bf16_tflops * 1e12 * gemm_efficiency(hw_, m, n, k, count));
+  return count * 2.0 * m * n * k / (hw_.bf16_tflops * 1e12 * gemm_efficiency(hw_, k_, m, n, k, count));
 }
 
 double CostModel::gemm_bwd(double m, double n, double k, double count) const {
@@ -30,8 +30,10 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   Gemm gemms[5] = {{tokens, h, (q_dim + 2 * kv_dim) / t, 1}, {tokens, q_dim / t, h, 1}};
   int used = 2;
   if (moe) {
-    // Balanced routing: each local expert gets tokens·top_k·ep/E rows; one grouped GEMM per projection.
-    const double rows = tokens * m_.top_k * s.layout.ep / m_.experts, local = double(m_.experts) / s.layout.ep;
+    // Each local expert gets tokens·top_k·ep/E rows under balanced routing, × planner.expert_imbalance on
+    // the busiest rank (the step waits for it); one grouped GEMM per projection.
+    const double rows = tokens * m_.top_k * s.layout.ep / m_.experts * imbalance_;
+    const double local = double(m_.experts) / s.layout.ep;
     gemms[used++] = {tokens, h, double(m_.experts), 1};  // router
     gemms[used++] = {rows, h, glu * moe_ffn / t, local};
     gemms[used++] = {rows, moe_ffn / t, h, local};
@@ -86,7 +88,8 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
     c.cp_fwd = c.cp;
     c.cp_bwd = 2 * c.cp;
   }
-  const double a2a_bytes = tokens * m_.top_k * m_.hidden * act_ / sp_div;  // dispatch or combine
+  // Dispatch or combine; the busiest rank receives (and returns) imbalance × the balanced rows.
+  const double a2a_bytes = tokens * m_.top_k * m_.hidden * act_ / sp_div * imbalance_;
   c.ep = (moe && s.layout.ep > 1)
              ? 2.0 * (double(s.layout.ep - 1) / s.layout.ep * a2a_bytes / bandwidth(links.ep) +
                       p2p_latency(links.ep))

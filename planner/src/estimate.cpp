@@ -80,6 +80,7 @@ Estimate make_estimate(const Setting& s, const Hardware& hw, const AxisLinks& li
   e.first_stage_layers = layers.first;
   e.last_stage_layers = layers.last;
   e.params_total = model.params_total();
+  e.expert_imbalance = model.expert_imbalance();
 
   e.memory = cost.memory;
   e.memory_stage = cost.last_stage ? "last" : "first";

@@ -65,7 +65,8 @@ void estimate_object(JsonWriter& j, const Estimate& e) {
   j.begin_object();
   layout_json(j, e);
   j.key("hardware").begin_object();
-  j.field("gpu", e.hardware.gpu).field("bf16_tflops", e.hardware.bf16_tflops).field("sms", e.hardware.sms);
+  j.field("gpu", e.hardware.gpu).field("generation", e.hardware.generation);
+  j.field("bf16_tflops", e.hardware.bf16_tflops).field("sms", e.hardware.sms);
   j.field("memory_gib", e.hardware.memory_gib).field("nvlink_gbps", e.hardware.nvlink_gbps);
   j.field("network_gbps_per_gpu", e.hardware.nic_gbps_per_gpu);
   if (!e.hardware.calibration.empty()) j.field("calibration", e.hardware.calibration);
@@ -97,6 +98,7 @@ void estimate_object(JsonWriter& j, const Estimate& e) {
   j.field("mfu", e.mfu).field("model_flops_per_step", e.model_flops_per_step);
   j.field("params_total", e.params_total);
   j.field("first_stage_layers", e.first_stage_layers).field("last_stage_layers", e.last_stage_layers);
+  j.field("expert_imbalance", e.expert_imbalance);
   j.end_object();
 }
 
@@ -111,8 +113,8 @@ void print_estimate_table(std::ostream& os, const Estimate& e) {
        << " GFLOP/s matmul and " << fmt("%.1f", hw.hbm_tbps * 1000) << " GB/s memory per rank, MPI "
        << fmt("%.1f", hw.pcie_gbps) << " GB/s, " << fmt("%.1f", hw.memory_gib) << " GiB per rank\n";
   else
-    os << "  hardware    " << hw.gpu << ": " << fmt("%.0f", hw.bf16_tflops) << " TFLOP/s bf16"
-       << (hw.sms > 0 ? " on " + std::to_string(hw.sms) + " SMs" : std::string()) << ", "
+    os << "  hardware    " << hw.gpu << " (" << hw.generation << " constants): " << fmt("%.0f", hw.bf16_tflops)
+       << " TFLOP/s bf16" << (hw.sms > 0 ? " on " + std::to_string(hw.sms) + " SMs" : std::string()) << ", "
        << fmt("%.1f", hw.memory_gib) << " GiB, NVLink " << fmt("%.0f", hw.nvlink_gbps) << " GB/s, network "
        << fmt("%.1f", hw.nic_gbps_per_gpu) << " GB/s per GPU\n";
   if (!hw.calibration.empty()) os << "  calibration " << hw.calibration << "\n";
@@ -120,6 +122,9 @@ void print_estimate_table(std::ostream& os, const Estimate& e) {
      << link_name(e.links.pp) << ", dp·cp " << link_name(e.links.dp) << ", ep " << link_name(e.links.ep) << "\n";
   os << "  parameters  " << fmt("%.4g", double(e.params_total)) << " (" << e.first_stage_layers
      << " layers on the first stage, " << e.last_stage_layers << " on the last)\n";
+  if (e.expert_imbalance != 1)
+    os << "  routing     expert imbalance " << fmt("%.3g", e.expert_imbalance)
+       << " (planner.expert_imbalance): the busiest rank's expert GEMMs, all-to-all and expert buffers × it\n";
   const MemoryParts& m = e.memory;
   os << "  memory per GPU, " << e.memory_stage << " stage (GiB)\n";
   auto mem = [&](const char* name, double bytes) {
@@ -204,7 +209,7 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
   }
   if (r.config_rank > 0)
     os << "  the template's own shape ranks " << r.config_rank << " of " << r.feasible_meshes << ", "
-       << fmt("%.1f", 100 * r.config_gap) << "% slower than the best (the estimate is good to about ±15%)\n";
+       << fmt("%.1f", 100 * r.config_gap) << "% slower than the best (the published checks agree within ±10%)\n";
   else
     os << "  the template's own shape is not among the feasible ones\n";
 }

@@ -99,7 +99,7 @@ TEST_CASE("CPU runs need a calibration; with one they are costed from its figure
   on_h100.cluster.gpu = "h100-sxm";
   CHECK_THROWS_WITH(estimate(on_h100, cpu_figures()), Contains("calibrates cpu, and this run plans h100-sxm"));
   // A GPU calibration changes only the constants it names.
-  gpu.constants = {{"matmul_efficiency", 0.35}};
+  gpu.constants = {{"matmul_efficiency", cost_constants("hopper").matmul_efficiency / 2}};
   const Estimate base = estimate(on_h100), half = estimate(on_h100, gpu);
   CHECK(half.time.compute_parts.matmul == Approx(2 * base.time.compute_parts.matmul));
   CHECK(half.time.compute_parts.attention == Approx(base.time.compute_parts.attention));

@@ -82,6 +82,7 @@ struct Estimate {
   AxisLinks links;
   int first_stage_layers = 0, last_stage_layers = 0;
   int64_t params_total = 0;
+  double expert_imbalance = 1;   // MoE routing imbalance charged (planner.expert_imbalance); 1 = balanced
 
   MemoryParts memory;            // of the stage named below
   std::string memory_stage;      // "first" or "last" pipeline stage

@@ -14,6 +14,7 @@ namespace meshrun::planner {
 
 struct GpuPerf {
   std::string name;        // catalogue key, e.g. "h100-sxm"
+  std::string generation;  // architecture whose cost constants apply: "ampere", "hopper", "blackwell"
   double bf16_tflops;      // dense bf16 tensor-core peak, TFLOP/s
   int sms;                 // streaming multiprocessors: one GEMM output tile each at a time
   double memory_gib;       // HBM capacity as the driver reports it, GiB
@@ -27,7 +28,8 @@ struct GpuPerf {
 const std::vector<GpuPerf>& gpu_catalogue();
 const GpuPerf* find_gpu(std::string_view name);
 
-// The cost model's constants. The same for every model: nothing here is tuned per model.
+// The cost model's constants, one set per GPU generation (fitted on published runs, docs/planner.md
+// "Constants"). The same for every model: nothing here is tuned per model.
 struct CostConstants {
   double matmul_efficiency = 0.0;     // fraction of bf16 peak that large GEMMs reach
   double attention_efficiency = 0.0;  // fraction of bf16 peak that fused (flash) attention reaches, fwd+bwd
@@ -55,13 +57,16 @@ struct CostConstants {
   // own copies and bookkeeping); on GPUs such gaps are part of the efficiencies, so 0.
   double layer_overhead_s = 0.0;
 };
-const CostConstants& cost_constants();
+// The constants of a GPU generation ("ampere", "hopper", "blackwell"); any other name (a GPU outside the
+// catalogue) gets hopper's.
+const CostConstants& cost_constants(std::string_view generation);
 
 // The hardware an estimate runs on, after catalogue lookup and [cluster] overrides.
 struct Hardware {
-  std::string gpu;             // catalogue key, or "cpu" (meshrun-train's CPU backend, from a calibration file)
-  CostConstants constants = cost_constants();  // the device's, with a calibration file's on top
-  std::string calibration;     // the calibration file read, "" = none
+  std::string gpu;                    // catalogue key, or "cpu" (meshrun-train's CPU backend, from a calibration file)
+  std::string generation = "hopper";  // whose cost constants apply; a GPU outside the catalogue: hopper's; "cpu"
+  CostConstants constants = cost_constants("hopper");  // the generation's, with a calibration file's on top
+  std::string calibration;            // the calibration file read, "" = none
   double bf16_tflops = 0;
   int sms = 0;                 // 0 = unknown: GEMMs are not wave-quantized
   double memory_gib = 0;
@@ -81,11 +86,12 @@ struct Hardware {
 // Share of the bf16 peak one GEMM reaches: count equal problems (a grouped GEMM: MoE experts) of m×n
 // outputs and depth k. η_mm · wave quantization (tiles of gemm_tile_rows × gemm_tile_cols, either
 // orientation, no larger than the output; one per SM per wave; partial tiles count whole) · n/(n + n½) for
-// the smallest dimension n.
+// the smallest dimension n. The first form uses hw.constants.
 double gemm_efficiency(const Hardware& hw, double m, double n, double k, double count = 1);
+double gemm_efficiency(const Hardware& hw, const CostConstants& c, double m, double n, double k, double count = 1);
 
 // Resolves cluster.gpu (else the node type's GPU) in the catalogue and applies the overrides; constants are
-// cost_constants() (calibrate_hardware() layers a calibration file on top).
+// the generation's (a calibration file's go on top: planner_calibration.hpp).
 // Throws meshrun::ConfigError with one actionable line when the GPU is unknown.
 Hardware resolve_hardware(const ClusterSpec& spec, int gpus_per_node, int nvlink_domain_gpus,
                           std::string_view node_type_gpu, int node_type_nics);
