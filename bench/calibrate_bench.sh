@@ -3,8 +3,10 @@
 # figures from meshrun-bench-device, 13 layouts of tiny, tiny-moe and a mid-sized model on 1-2 ranks (one
 # rank per CPU, so the ranks do not share cores), each run REPS times round-robin (interleaved: load from
 # other processes hits every layout alike). `meshrun plan --calibrate` fits on 3 of them (every repetition of
-# tiny on 1 rank, tp 2, pp 2 with 1F1B); the other 10 are estimated with the bench's figures alone (before)
+# tiny at tp 2 and at dp 2 with ZeRO-1, the mid model on 1 rank); the other 10 are estimated with the bench's figures alone (before)
 # and with the fit (after), against each layout's median over repetitions of its median step (steps 2..N).
+# A MoE layout is estimated with its measured routing imbalance (planner.expert_imbalance = the median over
+# steps 2..N and repetitions of the metrics' expert_rank_imbalance), an input, not a fit.
 # A held-out layout passes when it is within 10%, or within twice its run-to-run spread, whichever is larger
 # (spread = (max - min) / median of the repetitions' medians).
 # usage: bench/calibrate_bench.sh [BUILD_DIR] [REPS] [--save-fixtures DIR]    (from the repository root)
@@ -30,16 +32,16 @@ mid=(--set model.layers=8 --set model.hidden=512 --set model.ffn_hidden=1408 --s
      --set training.seq_len=256 --set training.global_batch_size=8 --set training.micro_batch_size=2)
 # name|use|template|ranks|steps|options (use: fit = calibration set, check = held out)
 LAYOUTS=(
-  "tiny-1|fit|$TINY|1|10|--set parallel.tp=1"
+  "tiny-1|check|$TINY|1|10|--set parallel.tp=1"
   "tiny-tp2|fit|$TINY|2|10|--set parallel.tp=2"
-  "tiny-pp2-1f1b|fit|$TINY|2|10|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=1f1b"
+  "tiny-pp2-1f1b|check|$TINY|2|10|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=1f1b"
   "tiny-pp2-zb|check|$TINY|2|10|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=zb"
   "tiny-pp2-gpipe|check|$TINY|2|10|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=gpipe"
   "tiny-cp2|check|$TINY|2|10|--set parallel.tp=1 --set parallel.cp=2 --set training.seq_len=128"
-  "tiny-dp2-zero1|check|$TINY|2|10|--set parallel.tp=1 --set parallel.zero_stage=1"
+  "tiny-dp2-zero1|fit|$TINY|2|10|--set parallel.tp=1 --set parallel.zero_stage=1"
   "tiny-dp2-zero3|check|$TINY|2|10|--set parallel.tp=1 --set parallel.zero_stage=3"
   "moe-ep2|check|$MOE|2|10|--set parallel.ep=2"
-  "mid-1|check|$TINY|1|5|${mid[*]} --set parallel.tp=1"
+  "mid-1|fit|$TINY|1|5|${mid[*]} --set parallel.tp=1"
   "mid-tp2|check|$TINY|2|5|${mid[*]} --set parallel.tp=2"
   "mid-pp2-zb|check|$TINY|2|5|${mid[*]} --set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=zb"
   "mid-cp2|check|$TINY|2|5|${mid[*]} --set parallel.tp=1 --set parallel.cp=2"
@@ -62,10 +64,16 @@ for entry in "${LAYOUTS[@]}"; do
   [ "$use" = fit ] && for rep in $(seq "$REPS"); do fits+=("$OUT/$name.$rep.jsonl"); done
 done
 echo "== calibration on ${#fits[@]} runs (3 layouts × $REPS)"
+grep -h '"record":"step"' "$OUT"/moe-ep2.*.jsonl | head -1 | grep -q expert_rank_imbalance || { echo "calibrate_bench: no expert_rank_imbalance in the MoE metrics"; exit 1; }
 "$PLAN" plan --no-site --calibrate "${fits[@]}" --calibration "$OUT/cpu.toml" -o "$OUT/fit.toml" | sed "s|$OUT/||g"
 
 step_median() {  # the median over steps 2..N of one metrics file
   grep '"record":"step"' "$1" | tail -n +2 | sed 's/.*"ms_per_step":\([0-9.e+-]*\).*/\1/' | median
+}
+imbalance() {  # NAME: the median expert_rank_imbalance over steps 2..N of every repetition
+  for rep in $(seq "$REPS"); do
+    grep '"record":"step"' "$OUT/$1.$rep.jsonl" | tail -n +2 | sed -n 's/.*"expert_rank_imbalance":\([0-9.e+-]*\).*/\1/p'
+  done | median
 }
 estimate_ms() {  # CALIBRATION TEMPLATE RANKS OPTIONS...
   local cal=$1 tmpl=$2 np=$3; shift 3
@@ -80,6 +88,11 @@ for entry in "${LAYOUTS[@]}"; do
   meds=$(for rep in $(seq "$REPS"); do step_median "$OUT/$name.$rep.jsonl"; done)
   m=$(echo "$meds" | median)
   spread=$(echo "$meds" | sort -g | awk -v m="$m" 'NR == 1 { lo = $1 } { hi = $1 } END { print (hi - lo) / m }')
+  if [ "$tmpl" = "$MOE" ]; then
+    imb=$(imbalance "$name")
+    opts="$opts --set planner.expert_imbalance=$imb"
+    echo "$name: measured routing imbalance $imb (expert_rank_imbalance)"
+  fi
   # shellcheck disable=SC2086
   b=$(estimate_ms "$OUT/cpu.toml" "$tmpl" "$np" $opts)
   # shellcheck disable=SC2086

@@ -178,7 +178,7 @@ std::vector<Field> make_schema() {
 
   add(field("planner.calibration", &JobConfig::planner, &PlannerSpec::calibration, V::string, "planner: calibration file (meshrun plan --calibrate) with the device's figures and fitted constants"));
   {
-    Field x = field("planner.expert_imbalance", &JobConfig::planner, &PlannerSpec::expert_imbalance, V::number, "planner: MoE tokens of the busiest expert over the mean (meshrun-train's expert_tokens_max / expert_tokens_mean)");
+    Field x = field("planner.expert_imbalance", &JobConfig::planner, &PlannerSpec::expert_imbalance, V::number, "planner: MoE routed rows of the busiest EP rank over a balanced rank's (meshrun-train's expert_rank_imbalance)");
     x.min_number = 1;
     add(std::move(x));
   }

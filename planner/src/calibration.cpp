@@ -298,13 +298,17 @@ MeasuredRun read_measured_run(const std::string& path) {
   if (steps.size() < 3)
     throw ConfigError(path + ": " + std::to_string(steps.size()) + " step record(s); calibration needs at least 3 (the "
                       "first is left out); run more steps");
-  std::vector<double> ms, mm, at, el, opt;
+  std::vector<double> ms, mm, at, el, opt, imbalance;
   bool kernels = true;
   for (std::size_t i = 1; i < steps.size(); ++i) {
     const json& s = steps[i];
     if (!s.contains("ms_per_step") || !s["ms_per_step"].is_number())
       throw ConfigError(path + ": a step record without ms_per_step; give a metrics file meshrun-train wrote");
     ms.push_back(s["ms_per_step"]);
+    // MoE: the measured routing imbalance is the planner's input (planner.expert_imbalance).
+    if (s.contains("expert_rank_imbalance") && s["expert_rank_imbalance"].is_number() &&
+        s["expert_rank_imbalance"].get<double>() > 0)
+      imbalance.push_back(s["expert_rank_imbalance"].get<double>());
     if (!s.contains("kernel_ms") || !s["kernel_ms"].is_object()) {
       kernels = false;
       continue;
@@ -321,6 +325,7 @@ MeasuredRun read_measured_run(const std::string& path) {
     opt.push_back(sum({"adamw", "sum_squares"}));
   }
   m.steps = static_cast<int>(ms.size());
+  if (!imbalance.empty()) m.cfg.planner.expert_imbalance = std::max(1.0, median(imbalance));
   m.step_ms = median(ms);
   m.step_ms_spread = (*std::max_element(ms.begin(), ms.end()) - *std::min_element(ms.begin(), ms.end())) / m.step_ms;
   if (kernels) {
@@ -370,6 +375,13 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const Calibration
     if (run_cpu != cpu)
       throw ConfigError(r.path + " is a " + (run_cpu ? std::string("CPU") : r.cfg.training.device) + " run and " +
                         base.path + " calibrates " + base.device + "; calibrate runs of one device type together");
+  }
+  for (const MeasuredRun& r : runs) {
+    try {
+      (void)estimate(r.cfg, base);
+    } catch (const ConfigError& e) {
+      throw ConfigError(r.path + ": the planner cannot estimate this run: " + e.what());
+    }
   }
   std::vector<Observation> obs;
   for (std::size_t i = 0; i < runs.size(); ++i) {

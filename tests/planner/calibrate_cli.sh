@@ -52,10 +52,10 @@ sed 's/^/     | /' "$DIR/fit.out"
 # meshrun-train's metrics and meshrun-bench-device's figures, not edited): each run within 10% after the fit.
 # (The runs measured above are not held to it: under the load of other tests their steps scatter by up to 3x.)
 FIX=$(dirname "$0")/fixtures/calibration
-expect 0 "wrote $DIR/fixtures-fit.toml" "--calibrate on the recorded runs" -- plan --calibrate "$FIX/tiny-1.jsonl" \
-  "$FIX/tiny-tp2.jsonl" "$FIX/tiny-pp2-1f1b.jsonl" --calibration "$FIX/cpu.toml" -o "$DIR/fixtures-fit.toml"
+expect 0 "wrote $DIR/fixtures-fit.toml" "--calibrate on the recorded runs" -- plan --calibrate "$FIX/tiny-tp2.jsonl" \
+  "$FIX/tiny-dp2-zero1.jsonl" "$FIX/mid-1.jsonl" --calibration "$FIX/cpu.toml" -o "$DIR/fixtures-fit.toml"
 sed 's/^/     | /' "$DIR/out"
-for name in tiny-1 tiny-tp2 tiny-pp2-1f1b; do
+for name in tiny-tp2 tiny-dp2-zero1 mid-1; do
   line=$(grep "/$name.jsonl " "$DIR/out")
   after=$(echo "$line" | awk '{print $NF}' | tr -d '%+-')
   if [[ -n $after ]] && python3 -c "import sys; sys.exit(0 if float('$after') <= 10 else 1)"; then

@@ -16,7 +16,7 @@ cli=$(ls "$out"/meshrun_*.deb 2>/dev/null) plugin=$(ls "$out"/meshrun-slurm-plug
 [ -f "$plugin" ] || { echo "FAIL: no meshrun-slurm-plugin_*.deb"; exit 1; }
 mkdir "$out/cli" "$out/plugin"
 dpkg-deb -x "$cli" "$out/cli" && dpkg-deb -x "$plugin" "$out/plugin" || { echo "FAIL: dpkg-deb -x"; exit 1; }
-for f in usr/bin/meshrun usr/bin/meshrun-preflight usr/bin/meshrun-train usr/bin/meshrun-tokenize usr/share/man/man1/meshrun.1 \
+for f in usr/bin/meshrun usr/bin/meshrun-preflight usr/bin/meshrun-bench-device usr/bin/meshrun-train usr/bin/meshrun-tokenize usr/share/man/man1/meshrun.1 \
          usr/share/bash-completion/completions/meshrun usr/share/meshrun/templates/tiny.toml \
          usr/share/meshrun/templates/llama3-405b.toml; do
   [ -f "$out/cli/$f" ] || bad "meshrun package lacks /$f"

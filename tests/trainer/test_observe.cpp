@@ -6,6 +6,7 @@
 #include "../../trainer/src/run/step_log.hpp"
 #include "../../trainer/src/run/stragglers.hpp"
 #include "meshrun/model_flops.hpp"
+#include "meshrun/train/run/trainer.hpp"
 
 using namespace meshrun;
 using namespace meshrun::train::cli;
@@ -60,4 +61,15 @@ TEST_CASE("MFU: model FLOPs of a step over the peak, from the shared formula", "
   CHECK(u.mfu(u.flops_per_step / 1e11) == Approx(1.0));
   CHECK(u.mfu(2 * u.flops_per_step / 1e11) == Approx(0.5));
   CHECK(Utilization{1e9, 0, ""}.mfu(1.0) == 0);  // no peak: no MFU
+}
+
+TEST_CASE("expert_rank_imbalance: the busiest EP rank's rows over the mean rank's, summed over layers", "[observe]") {
+  // 2 layers × 4 experts, 2 per EP rank (experts 0-1 on rank 0, 2-3 on rank 1).
+  const std::vector<double> tokens{10, 10, 10, 10,   // layer 0: balanced, 20 and 20
+                                   30, 10, 0, 0};    // layer 1: 40 and 0
+  // (20 + 40) / (20 + 20) = 1.5; the hottest single expert (30 over a mean of 10) would say 3.
+  CHECK(meshrun::train::expert_rank_imbalance(tokens, 4, 2) == Approx(1.5));
+  CHECK(meshrun::train::expert_rank_imbalance(tokens, 4, 1) == Approx((10 + 30) / 20.0));  // one expert per rank
+  CHECK(meshrun::train::expert_rank_imbalance(tokens, 4, 4) == Approx(1.0));  // one rank holds them all
+  CHECK(meshrun::train::expert_rank_imbalance({}, 4, 2) == 0);
 }

@@ -144,8 +144,8 @@ struct PlannerSpec {
   // figures and the cost model's fitted constants. Usually set in the site file; `meshrun plan --calibration
   // FILE` sets it for one command. Empty = the catalogue's published figures (GPUs only).
   std::string calibration;
-  // MoE: tokens of the most loaded expert over the mean (meshrun-train's expert_tokens_max / _mean, >= 1);
-  // the busiest expert's GEMMs and the all-to-all are charged for it. 1 = balanced routing.
+  // MoE: routed rows of the busiest EP rank over a balanced rank's (meshrun-train's expert_rank_imbalance,
+  // >= 1); its expert GEMMs and all-to-all are charged for it. 1 = balanced routing.
   double expert_imbalance = 1.0;
 };
 

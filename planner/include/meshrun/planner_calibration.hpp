@@ -60,7 +60,8 @@ struct MeasuredRun {
   int steps = 0;             // steps the medians are over
   double step_ms_spread = 0; // (max − min) / median of those steps
 };
-// Reads a meshrun-train metrics file (JSON Lines, schema 1): its last run record and the steps after it.
+// Reads a meshrun-train metrics file (JSON Lines, schema 1): its last run record and the steps after it. A
+// MoE run's planner.expert_imbalance is its median expert_rank_imbalance.
 // Throws ConfigError (one line) on a file that is not one, or has fewer than 3 steps.
 MeasuredRun read_measured_run(const std::string& path);
 

@@ -157,6 +157,7 @@ void MetricsFile::write_step(const StepStats& st, std::int64_t memory_bytes, boo
     w.field("aux_loss", st.aux_loss)
         .field("expert_tokens_max", st.expert_tokens_max)
         .field("expert_tokens_mean", st.expert_tokens_mean)
+        .field("expert_rank_imbalance", st.expert_rank_imbalance)
         .field("a2a_bytes", st.a2a_bytes);
   if (st.eval_loss >= 0) w.field("eval_loss", st.eval_loss);  // steps that evaluated data.valid
   if (!st.kernel_ms.empty()) {

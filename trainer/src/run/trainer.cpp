@@ -402,6 +402,7 @@ StepStats Trainer<T>::step(int s, const SampleSource& data) {
     st.expert_tokens_max = mx;
     st.expert_tokens_mean = sum / static_cast<double>(agg.size() - L);
     st.expert_tokens.assign(agg.begin() + static_cast<std::ptrdiff_t>(L), agg.end());
+    st.expert_rank_imbalance = expert_rank_imbalance(st.expert_tokens, table_.experts, epctx_.local);
     st.a2a_bytes = moe_stats_.a2a_bytes;
   }
   st.loss = loss_sum * inv_tokens;
@@ -437,6 +438,25 @@ double Trainer<T>::evaluate(const SampleSource& data, int batches) {
   double loss = 0;
   for (double x : sums) loss += x * loss_normalizer(cfg_.training);
   return loss / batches;
+}
+
+double expert_rank_imbalance(const std::vector<double>& tokens, int experts, int local) {
+  if (experts <= 0 || local <= 0 || tokens.empty()) return 0;
+  const std::size_t E = static_cast<std::size_t>(experts), layers = tokens.size() / E;
+  const int ranks = experts / local;
+  double busiest = 0, mean = 0;
+  for (std::size_t l = 0; l < layers; ++l) {
+    double most = 0, all = 0;
+    for (int r = 0; r < ranks; ++r) {
+      double rows = 0;
+      for (int j = 0; j < local; ++j) rows += tokens[l * E + static_cast<std::size_t>(r * local + j)];
+      most = std::max(most, rows);
+      all += rows;
+    }
+    busiest += most;
+    mean += all / ranks;
+  }
+  return mean > 0 ? busiest / mean : 0;
 }
 
 template class Trainer<float>;

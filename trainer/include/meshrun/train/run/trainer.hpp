@@ -42,10 +42,17 @@ struct StepStats {
   double aux_loss = 0, expert_tokens_max = 0, expert_tokens_mean = 0;
   std::int64_t a2a_bytes = 0;
   std::vector<double> expert_tokens;  // [layers · E]: the step's assignments per (layer, expert), all ranks
+  // The step's expert rows on the busiest EP rank over a balanced rank's, summed over layers (experts
+  // r·local .. r·local + local − 1 on EP rank r): what the planner's planner.expert_imbalance charges.
+  double expert_rank_imbalance = 0;
   // ms per kernel kind in this step, the most any rank spent (run/kernel_times.hpp's kinds and order); filled
   // by meshrun-train's loop on rank 0 when metrics are written, else empty.
   std::vector<double> kernel_ms;
 };
+
+// Σ over layers of the busiest EP rank's assignments ÷ Σ over layers of the mean rank's, from the per (layer,
+// expert) counts; 1 when routing is balanced, 0 without counts.
+double expert_rank_imbalance(const std::vector<double>& tokens, int experts, int local);
 
 // Learning rate of 0-based step s: linear warmup over warmup_steps, then cosine decay to min_lr at step
 // decay_horizon() (training.lr_decay_steps, or steps when unset), min_lr after it.
