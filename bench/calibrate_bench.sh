@@ -10,6 +10,8 @@
 # A held-out layout passes when it is within 10%, or within twice its run-to-run spread, whichever is larger
 # (spread = (max - min) / median of the repetitions' medians).
 # usage: bench/calibrate_bench.sh [BUILD_DIR] [REPS] [--save-fixtures DIR]    (from the repository root)
+#   KEEP=DIR keeps the runs' metrics and the figures there; FROM=DIR evaluates such a directory again without
+#   running anything (FIT="name name name" picks another calibration set; the report says which was used).
 set -eu
 BUILD=${1:-build}
 REPS=${2:-5}
@@ -17,13 +19,14 @@ SAVE=""
 [ "${3:-}" = "--save-fixtures" ] && SAVE=${4:?--save-fixtures needs a directory}
 TRAIN=$BUILD/trainer/meshrun-train PLAN=$BUILD/launcher/meshrun BENCH=$BUILD/bench/meshrun-bench-device
 for b in "$TRAIN" "$PLAN" "$BENCH"; do [ -x "$b" ] || { echo "calibrate_bench: $b not found; build first" >&2; exit 2; }; done
-OUT=$(mktemp -d /tmp/meshrun-calibrate-bench-XXXXXX)
-trap 'rm -rf "$OUT"' EXIT
+if [ -n "${FROM:-}" ]; then OUT=$FROM
+elif [ -n "${KEEP:-}" ]; then OUT=$KEEP; mkdir -p "$OUT"
+else OUT=$(mktemp -d /tmp/meshrun-calibrate-bench-XXXXXX); trap 'rm -rf "$OUT"' EXIT; fi
 MPI=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1)
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) CPUs; load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-"${MPI[@]}" -np 2 "$BENCH" >"$OUT/cpu.toml"
+[ -n "${FROM:-}" ] || "${MPI[@]}" -np 2 "$BENCH" >"$OUT/cpu.toml"
 grep -E '^(node_cpus|gflops|memory_gbps|link_gbps|collective)' "$OUT/cpu.toml" | cut -d'#' -f1 | tr -s ' ' | paste -sd';' | sed 's/^/device: /'
 
 TINY=templates/tiny.toml MOE=templates/tiny-moe.toml
@@ -46,8 +49,10 @@ LAYOUTS=(
   "mid-pp2-zb|check|$TINY|2|5|${mid[*]} --set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=zb"
   "mid-cp2|check|$TINY|2|5|${mid[*]} --set parallel.tp=1 --set parallel.cp=2"
 )
-"$TRAIN" "$TINY" "${data[@]}" --set cluster.gpus_per_node=1 --set parallel.tp=1 --set training.steps=1 --no-metrics >/dev/null
+[ -n "${FROM:-}" ] ||
+  "$TRAIN" "$TINY" "${data[@]}" --set cluster.gpus_per_node=1 --set parallel.tp=1 --set training.steps=1 --no-metrics >/dev/null
 for rep in $(seq "$REPS"); do
+  [ -n "${FROM:-}" ] && break
   for entry in "${LAYOUTS[@]}"; do
     IFS='|' read -r name use tmpl np steps opts <<<"$entry"
     # shellcheck disable=SC2086  # the options split into words on purpose
@@ -58,6 +63,13 @@ for rep in $(seq "$REPS"); do
   echo "repetition $rep of $REPS done, load $(cut -d' ' -f1 /proc/loadavg)"
 done
 
+if [ -n "${FIT:-}" ]; then  # another calibration set: those names fitted, every other layout checked
+  for i in "${!LAYOUTS[@]}"; do
+    IFS='|' read -r name use rest <<<"${LAYOUTS[$i]}"
+    use=check; for f in $FIT; do [ "$f" = "$name" ] && use=fit; done
+    LAYOUTS[i]="$name|$use|$rest"
+  done
+fi
 fits=()
 for entry in "${LAYOUTS[@]}"; do
   IFS='|' read -r name use _ <<<"$entry"

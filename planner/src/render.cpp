@@ -209,7 +209,10 @@ void print_search_table(std::ostream& os, const SearchResult& r) {
   }
   if (r.config_rank > 0)
     os << "  the template's own shape ranks " << r.config_rank << " of " << r.feasible_meshes << ", "
-       << fmt("%.1f", 100 * r.config_gap) << "% slower than the best (the published checks agree within ±10%)\n";
+       << fmt("%.1f", 100 * r.config_gap) << "% slower than the best"
+       << (r.top.front().hardware.gpu == "cpu"
+               ? " (the calibrated CPU model's accuracy: docs/planner.md, Calibration)\n"
+               : " (the published checks agree within ±10%)\n");
   else
     os << "  the template's own shape is not among the feasible ones\n";
 }

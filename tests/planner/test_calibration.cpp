@@ -91,7 +91,11 @@ TEST_CASE("CPU runs need a calibration; with one they are costed from its figure
   JobConfig f64 = cfg;
   f64.training.dtype = "fp64";
   CHECK(estimate(f64, cpu_figures()).hardware.bf16_tflops == 0.02);
-  // A GPU calibration does not fit a CPU run, nor a CPU one a GPU run.
+  // The CPU trainer does not recompute: the estimate refuses to pretend, the search does not offer it.
+  JobConfig again = cfg;
+  again.training.recompute = "selective";
+  CHECK_THROWS_WITH(estimate(again, cpu_figures()), Contains("does not recompute"));
+    // A GPU calibration does not fit a CPU run, nor a CPU one a GPU run.
   Calibration gpu;
   gpu.path = "h100.toml", gpu.device = "h100-sxm";
   CHECK_THROWS_WITH(estimate(cfg, gpu), Contains("h100.toml calibrates h100-sxm"));
@@ -103,6 +107,19 @@ TEST_CASE("CPU runs need a calibration; with one they are costed from its figure
   const Estimate base = estimate(on_h100), half = estimate(on_h100, gpu);
   CHECK(half.time.compute_parts.matmul == Approx(2 * base.time.compute_parts.matmul));
   CHECK(half.time.compute_parts.attention == Approx(base.time.compute_parts.attention));
+}
+
+TEST_CASE("the search over a CPU calibration offers what meshrun-train runs", "[planner][calibration]") {
+  JobConfig cfg = tiny(4, 2, 1, 1, 1);
+  const std::string path = write_file("search.toml", calibration_toml(cpu_figures(), "search"));
+  cfg.planner.calibration = path;
+  const SearchResult r = search(cfg, 50);
+  REQUIRE(!r.top.empty());
+  for (const Estimate& e : r.top) {
+    CHECK(e.recompute == Recompute::none);  // the CPU trainer does not recompute
+    CHECK(e.hardware.calibration == path);
+  }
+  CHECK(r.config_rank > 0);
 }
 
 TEST_CASE("more ranks than CPUs: the node's CPUs bound the step", "[planner][calibration]") {
