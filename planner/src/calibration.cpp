@@ -370,6 +370,8 @@ struct Observation {
 CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const Calibration& base) {
   if (runs.empty()) throw ConfigError("--calibrate needs at least one metrics file");
   const bool cpu = base.device == "cpu";
+  if (!cpu && !find_gpu(base.device))
+    throw ConfigError("calibration device '" + base.device + "' is neither \"cpu\" nor a GPU the planner knows");
   for (const MeasuredRun& r : runs) {
     const bool run_cpu = !detail::gpu_run(r.cfg);
     if (run_cpu != cpu)
