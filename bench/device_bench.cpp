@@ -1,8 +1,8 @@
 // meshrun-bench-device: the figures of this machine that the planner's CPU model starts from (issue 30,
 // docs/planner.md "Calibration"), printed as a calibration file for `meshrun plan --calibration`:
 //   mpirun -np 2 build/bench/meshrun-bench-device > cpu.toml      [--cpus N] [--seconds S]
-// Every rank measures at once (as meshrun-train's ranks run): the trainer's fp32 and fp64 matmul kernel at
-// the shape of its MFU probe (256 × 512 × 512), a streaming copy of 64 MiB, and with two or more ranks a
+// Every rank measures at once (as meshrun-train's ranks run): meshrun-train's own MFU probe (its matmul
+// kernel at 256 × 512 × 512, trainer/src/run/peak_probe.hpp) in fp32 and fp64, a streaming copy of 64 MiB, and with two or more ranks a
 // ping-pong between ranks 0 and 1 (4 MiB messages for bandwidth, 8 bytes for latency). Figures per CPU
 // assume one rank per CPU: run it with at most as many ranks as the node has CPUs.
 #include <mpi.h>
@@ -16,26 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "../trainer/src/run/peak_probe.hpp"  // the MFU probe: the rate the planner starts from is the same measurement
 #include "meshrun/kernels/cpu.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-template <class T>
-double gemm_gflops(double seconds) {
-  constexpr std::int64_t n = 256, in = 512, out = 512;
-  std::vector<T> x(n * in, T(0.01)), w(out * in, T(0.02)), y(n * out);
-  meshrun::kernels::cpu::linear_forward(y.data(), x.data(), w.data(), n, in, out);
-  long calls = 0;
-  const auto t0 = Clock::now();
-  while (calls < 3 || since(t0) < seconds) {
-    meshrun::kernels::cpu::linear_forward(y.data(), x.data(), w.data(), n, in, out);
-    ++calls;
-  }
-  return 2.0 * n * in * out * double(calls) / since(t0) / 1e9;
-}
 
 double copy_gbps(double seconds) {
   const std::size_t bytes = 64u << 20;
@@ -111,9 +98,10 @@ int main(int argc, char** argv) {
                  size, cpus);
   struct Figures { double f32, f64, mem; } mine{}, sum{};
   MPI_Barrier(MPI_COMM_WORLD);
-  mine.f32 = gemm_gflops<float>(seconds);
+  using meshrun::train::cli::probe_flops_per_s;
+  mine.f32 = probe_flops_per_s<float>(seconds) / 1e9;
   MPI_Barrier(MPI_COMM_WORLD);
-  mine.f64 = gemm_gflops<double>(seconds);
+  mine.f64 = probe_flops_per_s<double>(seconds) / 1e9;
   MPI_Barrier(MPI_COMM_WORLD);
   mine.mem = copy_gbps(seconds);
   MPI_Reduce(&mine, &sum, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -133,8 +121,9 @@ int main(int argc, char** argv) {
                 "# %.2f s per figure); constants not yet fitted: meshrun plan --calibrate RUN.jsonl ... --calibration THIS\n",
                 size, seconds);
     std::printf("[planner]\ndevice = \"cpu\"\nnode_cpus = %ld\n", cpus);
-    std::printf("gflops_per_cpu = %.4g         # fp32 matmul kernel (%s), 256x512x512\n", sum.f32 / size,
-                meshrun::kernels::cpu::matmul_isa_name(meshrun::kernels::cpu::matmul_isa()));
+    std::printf("gflops_per_cpu = %.4g         # fp32 matmul kernel (%s), %s (meshrun-train's MFU probe)\n",
+                sum.f32 / size, meshrun::kernels::cpu::matmul_isa_name(meshrun::kernels::cpu::matmul_isa()),
+                meshrun::train::cli::kProbeShape);
     std::printf("gflops_per_cpu_fp64 = %.4g\n", sum.f64 / size);
     std::printf("memory_gbps_per_cpu = %.4g    # 64 MiB memcpy, read + write\n", sum.mem / size);
     std::printf("link_gbps = %.4g              # MPI ping-pong of 4 MiB between ranks 0 and 1, one way\n", link_gbps);

@@ -504,11 +504,11 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
       RunFacts facts{start, trainer.table().global_size(), pipeline_schedule_name(kind), trainer.geometry().microbatches,
                      static_cast<int>(layout.world())};
       std::vector<std::string> nodes;
-      for (const RankPlace& p : places) {
+      for (const RankPlace& p : places)
         if (std::find(nodes.begin(), nodes.end(), p.node) == nodes.end()) nodes.push_back(p.node);
-        facts.ranks_per_node += p.node == places[0].node && &p != &places[0];
-      }
       facts.nodes = static_cast<int>(nodes.size());
+      facts.ranks_per_node = static_cast<int>(
+          std::count_if(places.begin(), places.end(), [&](const RankPlace& p) { return p.node == places[0].node; }));
       facts.node_cpus = cpus;
       metrics.write_run(cfg, layout, facts, util);
     }

@@ -15,8 +15,10 @@ namespace {
 // the kernel's blocking (docs/kernels.md), warm in cache after the first call.
 constexpr std::int64_t kRows = 256, kIn = 512, kOut = 512;
 
+}  // namespace
+
 template <class T>
-double rank_flops_per_s(double seconds) {
+double probe_flops_per_s(double seconds) {
   std::vector<T> x(kRows * kIn), w(kOut * kIn), y(kRows * kOut);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>((i % 17) * 0.01);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<T>((i % 13) * 0.01);
@@ -32,21 +34,19 @@ double rank_flops_per_s(double seconds) {
   }
   return 2.0 * kRows * kIn * kOut * static_cast<double>(calls) / elapsed;
 }
-
-}  // namespace
+template double probe_flops_per_s<float>(double);
+template double probe_flops_per_s<double>(double);
 
 PeakFlops measure_cpu_peak(MPI_Comm world, const std::string& dtype, double seconds) {
   MPI_Barrier(world);  // every rank measures at the same time
-  const double mine = dtype == "fp64" ? rank_flops_per_s<double>(seconds) : rank_flops_per_s<float>(seconds);
+  const double mine = dtype == "fp64" ? probe_flops_per_s<double>(seconds) : probe_flops_per_s<float>(seconds);
   PeakFlops p;
   MPI_Allreduce(&mine, &p.flops_per_s, 1, MPI_DOUBLE, MPI_SUM, world);
   int ranks = 1;
   MPI_Comm_size(world, &ranks);
   char b[200];
-  std::snprintf(b, sizeof b, "measured: %d rank%s at once, %s matmul %lldx%lldx%lld (%s kernel)", ranks,
-                ranks == 1 ? "" : "s", dtype == "fp64" ? "fp64" : "fp32", static_cast<long long>(kRows),
-                static_cast<long long>(kIn), static_cast<long long>(kOut),
-                kernels::cpu::matmul_isa_name(kernels::cpu::matmul_isa()));
+  std::snprintf(b, sizeof b, "measured: %d rank%s at once, %s matmul %s (%s kernel)", ranks, ranks == 1 ? "" : "s",
+                dtype == "fp64" ? "fp64" : "fp32", kProbeShape, kernels::cpu::matmul_isa_name(kernels::cpu::matmul_isa()));
   p.source = b;
   return p;
 }

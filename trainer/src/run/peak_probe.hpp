@@ -18,4 +18,10 @@ struct PeakFlops {
 // backends compute bf16 runs in float). About `seconds` of wall time.
 PeakFlops measure_cpu_peak(MPI_Comm world, const std::string& dtype, double seconds = 0.1);
 
+// One rank's rate (FLOP/s) of that probe, in float or double, over about `seconds`: also what
+// meshrun-bench-device writes as the planner's gflops_per_cpu, so the two measure the same thing.
+template <class T>
+double probe_flops_per_s(double seconds);
+inline constexpr const char* kProbeShape = "256x512x512";
+
 }  // namespace meshrun::train::cli
