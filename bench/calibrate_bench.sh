@@ -3,8 +3,11 @@
 # figures from meshrun-bench-device, 13 layouts of tiny, tiny-moe and a mid-sized model on 1-2 ranks (one
 # rank per CPU, so the ranks do not share cores), each run REPS times round-robin (interleaved: load from
 # other processes hits every layout alike). `meshrun plan --calibrate` fits on 3 of them (every repetition of
-# tiny at tp 2 and at dp 2 with ZeRO-1, the mid model on 1 rank); the other 10 are estimated with the bench's figures alone (before)
-# and with the fit (after), against each layout's median over repetitions of its median step (steps 2..N).
+# tiny at tp 2, tiny-moe at ep 2 with dp 2 and ZeRO-1, the mid model on 1 rank: between them every constant of
+# the CPU model has a run whose time depends on it — TP collectives, DP collectives, the all-to-all and the
+# host's routing, a larger model's GEMMs and attention); the other 10 are estimated with the bench's figures
+# alone (before) and with the fit (after), against each layout's median over repetitions of its median step
+# (steps 2..N).
 # A MoE layout is estimated with its measured routing imbalance (planner.expert_imbalance = the median over
 # steps 2..N and repetitions of the metrics' expert_rank_imbalance), an input, not a fit.
 # A held-out layout passes when it is within 10%, or within twice its run-to-run spread, whichever is larger
@@ -35,15 +38,15 @@ mid=(--set model.layers=8 --set model.hidden=512 --set model.ffn_hidden=1408 --s
      --set training.seq_len=256 --set training.global_batch_size=8 --set training.micro_batch_size=2)
 # name|use|template|ranks|steps|options (use: fit = calibration set, check = held out)
 LAYOUTS=(
-  "tiny-1|check|$TINY|1|10|--set parallel.tp=1"
-  "tiny-tp2|fit|$TINY|2|10|--set parallel.tp=2"
-  "tiny-pp2-1f1b|check|$TINY|2|10|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=1f1b"
-  "tiny-pp2-zb|check|$TINY|2|10|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=zb"
-  "tiny-pp2-gpipe|check|$TINY|2|10|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=gpipe"
-  "tiny-cp2|check|$TINY|2|10|--set parallel.tp=1 --set parallel.cp=2 --set training.seq_len=128"
-  "tiny-dp2-zero1|fit|$TINY|2|10|--set parallel.tp=1 --set parallel.zero_stage=1"
-  "tiny-dp2-zero3|check|$TINY|2|10|--set parallel.tp=1 --set parallel.zero_stage=3"
-  "moe-ep2|check|$MOE|2|10|--set parallel.ep=2"
+  "tiny-1|check|$TINY|1|20|--set parallel.tp=1"
+  "tiny-tp2|fit|$TINY|2|20|--set parallel.tp=2"
+  "tiny-pp2-1f1b|check|$TINY|2|20|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=1f1b"
+  "tiny-pp2-zb|check|$TINY|2|20|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=zb"
+  "tiny-pp2-gpipe|check|$TINY|2|20|--set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=gpipe"
+  "tiny-cp2|check|$TINY|2|20|--set parallel.tp=1 --set parallel.cp=2 --set training.seq_len=128"
+  "tiny-dp2-zero1|check|$TINY|2|20|--set parallel.tp=1 --set parallel.zero_stage=1"
+  "tiny-dp2-zero3|check|$TINY|2|20|--set parallel.tp=1 --set parallel.zero_stage=3"
+  "moe-ep2|fit|$MOE|2|20|--set parallel.ep=2"
   "mid-1|fit|$TINY|1|5|${mid[*]} --set parallel.tp=1"
   "mid-tp2|check|$TINY|2|5|${mid[*]} --set parallel.tp=2"
   "mid-pp2-zb|check|$TINY|2|5|${mid[*]} --set parallel.tp=1 --set parallel.pp=2 --set parallel.pipeline_schedule=zb"

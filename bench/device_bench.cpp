@@ -3,11 +3,14 @@
 //   mpirun -np 2 build/bench/meshrun-bench-device > cpu.toml      [--cpus N] [--seconds S]
 // Every rank measures at once (as meshrun-train's ranks run): meshrun-train's own MFU probe (its matmul
 // kernel at 256 × 512 × 512, trainer/src/run/peak_probe.hpp) in fp32 and fp64, a streaming copy of 64 MiB, and with two or more ranks a
-// ping-pong between ranks 0 and 1 (4 MiB messages for bandwidth, 8 bytes for latency). Figures per CPU
+// ping-pong between ranks 0 and 1 (4 MiB messages for bandwidth, 8 bytes for latency) and meshrun-train's own
+// all-reduce (comm/src/mpi.cpp: an all-to-all of blocks, an ordered sum, an all-gather) of 4 MiB of fp32
+// over every rank, the rate its TP, CP and DP collectives move data at. Figures per CPU
 // assume one rank per CPU: run it with at most as many ranks as the node has CPUs.
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "../trainer/src/run/peak_probe.hpp"  // the MFU probe: the rate the planner starts from is the same measurement
+#include "meshrun/comm/mpi.hpp"
 #include "meshrun/kernels/cpu.hpp"
 
 namespace {
@@ -54,6 +58,25 @@ double one_way_s(int rank, std::size_t bytes, int reps) {
     best = std::min(best, since(t0) / 2);
   }
   return best;
+}
+
+// Bus bandwidth of meshrun's all-reduce over every rank, NCCL's definition (2·(n−1)/n of the buffer per
+// second, what each rank's link carries in a ring): the median of `reps`. It includes what the trainer's
+// collectives pay per call besides the transfer (their staging buffers are allocated per call).
+double all_reduce_bus_gbps(std::size_t bytes, int reps) {
+  meshrun::comm::MpiComm world(MPI_COMM_WORLD, false);
+  std::vector<float> buf(bytes / sizeof(float), 1.0f);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    world.all_reduce(buf.data(), std::int64_t(buf.size()));
+    t.push_back(since(t0));
+    std::fill(buf.begin(), buf.end(), 1.0f);  // the sums stay finite
+  }
+  std::sort(t.begin(), t.end());
+  const double n = world.size();
+  return 2.0 * (n - 1) / n * double(bytes) / t[t.size() / 2] / 1e9;
 }
 
 long mem_total_kib() {
@@ -105,11 +128,12 @@ int main(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   mine.mem = copy_gbps(seconds);
   MPI_Reduce(&mine, &sum, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-  double link_gbps = 0, latency_s = 0;
+  double link_gbps = 0, latency_s = 0, collective_gbps = 0;
   if (size >= 2) {
     const std::size_t big = 4u << 20;
     link_gbps = double(big) / one_way_s(rank, big, 20) / 1e9;
     latency_s = one_way_s(rank, 8, 200);
+    collective_gbps = all_reduce_bus_gbps(big, 21);
   }
   if (rank == 0) {
     if (size < 2) {
@@ -127,6 +151,8 @@ int main(int argc, char** argv) {
     std::printf("gflops_per_cpu_fp64 = %.4g\n", sum.f64 / size);
     std::printf("memory_gbps_per_cpu = %.4g    # 64 MiB memcpy, read + write\n", sum.mem / size);
     std::printf("link_gbps = %.4g              # MPI ping-pong of 4 MiB between ranks 0 and 1, one way\n", link_gbps);
+    std::printf("collective_gbps = %.4g        # meshrun-train's all-reduce of 4 MiB fp32 over %d ranks, bus bandwidth\n",
+                collective_gbps, size);
     std::printf("memory_gib = %.4g\n", double(mem_total_kib()) / (1 << 20));
     std::printf("collective_base_latency_s = %.3g  # MPI ping-pong of 8 bytes, one way (a starting point for the fit)\n",
                 latency_s);

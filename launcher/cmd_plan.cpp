@@ -93,6 +93,24 @@ int plan_calibrate(const std::vector<std::string>& paths, const std::string& bas
                 b, 100 * (b / m - 1), a, 100 * (a / m - 1));
   }
   std::printf("mean absolute error: %.1f%% before, %.1f%% after\n", 100 * before / runs.size(), 100 * after / runs.size());
+  // Where the fitted model still misses: each run's parts (meshrun-train's kernel_ms groups, and the step
+  // less them) against the estimate's.
+  std::printf("%-40s %8s %8s %8s %8s %8s   (after the fit, estimate / measured - 1)\n", "run: by part", "matmul",
+              "attn", "elemwise", "optim", "outside");
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    std::string name = runs[i].path;
+    if (name.size() > 40) name = "…" + name.substr(name.size() - 39);
+    std::printf("%-40s", name.c_str());
+    for (double e : fit.after_part_errors[i])
+      std::isnan(e) ? std::printf(" %8s", "-") : std::printf(" %+7.1f%%", 100 * e);
+    std::printf("\n");
+  }
+  if (!fit.unconstrained.empty()) {
+    std::string names;
+    for (const std::string& n : fit.unconstrained) names += (names.empty() ? "" : ", ") + n;
+    std::printf("not fitted (no run depends on them; kept as the base file or the device's default sets them): %s\n",
+                names.c_str());
+  }
   std::string header = "meshrun planner calibration: meshrun plan --calibrate over " + std::to_string(runs.size()) +
                        " run(s), starting from " + base_path + "\nruns:";
   for (const auto& r : runs) header += " " + r.path;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <sstream>
 
 #include "cost.hpp"
@@ -39,6 +40,8 @@ constexpr ConstantRef kConstants[] = {
     {"memory_efficiency", &CostConstants::memory_efficiency},
     {"shared_core_latency_s", &CostConstants::shared_core_latency_s},
     {"layer_overhead_s", &CostConstants::layer_overhead_s},
+    {"attention_score_s", &CostConstants::attention_score_s},
+    {"routing_assignment_s", &CostConstants::routing_assignment_s},
 };
 
 std::string where(const std::string& path, const toml::source_region& src) {
@@ -89,7 +92,8 @@ Calibration load_calibration(const std::string& path) {
   const toml::table* t = doc["planner"].as_table();
   if (!t) throw ConfigError(path + ": no [planner] table; a calibration file has one, with device = \"cpu\" or a GPU key");
   const std::vector<std::string> figures = {"device",     "node_cpus",           "gflops_per_cpu", "gflops_per_cpu_fp64",
-                                            "memory_gbps_per_cpu", "link_gbps", "memory_gib",     "fitted_runs"};
+                                            "memory_gbps_per_cpu", "link_gbps", "collective_gbps", "memory_gib",
+                                            "fitted_runs"};
   for (auto&& [k, node] : *t) {
     const std::string key(k.str());
     const std::string at = where(path, k.source());
@@ -110,6 +114,7 @@ Calibration load_calibration(const std::string& path) {
     else if (key == "gflops_per_cpu_fp64") c.gflops_per_cpu_fp64 = *v;
     else if (key == "memory_gbps_per_cpu") c.memory_gbps_per_cpu = *v;
     else if (key == "link_gbps") c.link_gbps = *v;
+    else if (key == "collective_gbps") c.collective_gbps = *v;
     else if (key == "memory_gib") c.memory_gib = *v;
     else {
       CostConstants probe;
@@ -140,6 +145,7 @@ std::string calibration_toml(const Calibration& c, const std::string& header_com
   num("gflops_per_cpu_fp64", c.gflops_per_cpu_fp64);
   num("memory_gbps_per_cpu", c.memory_gbps_per_cpu);
   num("link_gbps", c.link_gbps);
+  num("collective_gbps", c.collective_gbps);
   num("memory_gib", c.memory_gib);
   for (const auto& [k, v] : c.constants) o << k << " = " << v << "\n";
   if (c.fitted_runs > 0) o << "fitted_runs = " << c.fitted_runs << "\n";
@@ -171,6 +177,8 @@ CostConstants cpu_constants() {
   c.memory_efficiency = 1.0;
   c.shared_core_latency_s = 1e-3;
   c.layer_overhead_s = 1e-4;
+  c.attention_score_s = 5e-9;
+  c.routing_assignment_s = 2e-7;
   return c;
 }
 
@@ -197,6 +205,8 @@ void apply_calibration(const JobConfig& cfg, int ranks_per_node, const Calibrati
     h.nic_gbit = cal.link_gbps * 8;
     h.nics_per_node = std::max(1, ranks_per_node);
     h.nic_gbps_per_gpu = cal.link_gbps;
+    // MPI's collectives reduce on the CPUs and copy through shared memory: slower than a point-to-point
+    h.collective_link_ratio = cal.collective_gbps > 0 ? cal.collective_gbps / cal.link_gbps : 1.0;
     h.gpus_per_node = ranks_per_node;
     h.nvlink_domain_gpus = 1;
     h.calibration = cal.path;
@@ -298,7 +308,7 @@ MeasuredRun read_measured_run(const std::string& path) {
   if (steps.size() < 3)
     throw ConfigError(path + ": " + std::to_string(steps.size()) + " step record(s); calibration needs at least 3 (the "
                       "first is left out); run more steps");
-  std::vector<double> ms, mm, at, el, opt, imbalance;
+  std::vector<double> ms, mm, at, el, opt, outside, imbalance;
   bool kernels = true;
   for (std::size_t i = 1; i < steps.size(); ++i) {
     const json& s = steps[i];
@@ -323,6 +333,7 @@ MeasuredRun read_measured_run(const std::string& path) {
     at.push_back(sum({"attention_forward", "attention_backward"}));
     el.push_back(sum({"rmsnorm", "rope", "swiglu", "elementwise", "embedding", "gather_rows", "moe", "cross_entropy"}));
     opt.push_back(sum({"adamw", "sum_squares"}));
+    outside.push_back(ms.back() - mm.back() - at.back() - el.back() - opt.back());
   }
   m.steps = static_cast<int>(ms.size());
   if (!imbalance.empty()) m.cfg.planner.expert_imbalance = std::max(1.0, median(imbalance));
@@ -333,6 +344,7 @@ MeasuredRun read_measured_run(const std::string& path) {
     m.attention_ms = median(at);
     m.elementwise_ms = median(el);
     m.optimizer_ms = median(opt);
+    m.outside_kernels_ms = median(outside);
   }
   return m;
 }
@@ -354,14 +366,15 @@ std::vector<Param> fitted_params(bool cpu) {
             {"attention_efficiency", 0.005, 2.0},    {"memory_efficiency", 0.01, 4.0},
             {"network_efficiency", 0.01, 4.0},       {"collective_base_latency_s", 1e-7, 0.05},
             {"hop_latency_pcie_s", 1e-8, 0.05},      {"shared_core_latency_s", 1e-6, 0.1},
-            {"layer_overhead_s", 1e-7, 0.1}};
+            {"layer_overhead_s", 1e-7, 0.1},         {"attention_score_s", 1e-12, 1e-6},
+            {"routing_assignment_s", 1e-10, 1e-4}};
   return {{"matmul_efficiency", 0.2, 1.0}, {"attention_efficiency", 0.1, 1.0}, {"network_efficiency", 0.2, 1.0},
           {"overlap_cost", 0.01, 1.0}};
 }
 
 struct Observation {
   std::size_t run;
-  int what;  // 0 step, 1 matmul, 2 attention, 3 elementwise, 4 optimizer
+  int what;  // 0 step, 1 matmul, 2 attention, 3 elementwise, 4 optimizer, 5 outside the kernels
   double measured_s;
 };
 
@@ -392,6 +405,10 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const Calibration
     const double parts[] = {r.matmul_ms, r.attention_ms, r.elementwise_ms, r.optimizer_ms};
     for (int k = 0; k < 4; ++k)
       if (parts[k] > 0) obs.push_back({i, k + 1, parts[k] / 1000});
+    // Communication, waits and the bubble, as measured: without them the constants of the links would be
+    // fitted to whatever the kernel constants leave over in the step. A one-rank run has none of them.
+    const LayoutSpec& p = r.cfg.parallel;
+    if (r.outside_kernels_ms > 0 && p.tp * p.cp * p.pp * p.dp > 1) obs.push_back({i, 5, r.outside_kernels_ms / 1000});
   }
   const std::vector<Param> params = fitted_params(cpu);
   Calibration cal = base;
@@ -411,7 +428,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const Calibration
     for (const std::string& n : cost_constant_names()) c.constants.emplace_back(n, *cost_constant(k, n));
     return c;
   };
-  auto predict = [&](const Calibration& c, std::vector<double>* steps) {
+  auto predict = [&](const Calibration& c, std::vector<double>* steps, std::vector<double>* raw = nullptr) {
     std::vector<double> res(obs.size());
     std::vector<Estimate> est;
     for (const MeasuredRun& r : runs) est.push_back(estimate(r.cfg, c));
@@ -421,11 +438,13 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const Calibration
     }
     for (std::size_t o = 0; o < obs.size(); ++o) {
       const Estimate& e = est[obs[o].run];
-      const double pred[] = {e.step_time_s, e.time.compute_parts.matmul, e.time.compute_parts.attention,
-                             e.time.compute_parts.elementwise, e.time.optimizer};
+      const ComputeParts& k = e.time.compute_parts;
+      const double pred[] = {e.step_time_s, k.matmul, k.attention, k.elementwise, e.time.optimizer,
+                             e.step_time_s - k.matmul - k.attention - k.elementwise - e.time.optimizer};
       // The step is what the estimate is for: its residual weighs 5× a kernel group's, which only steers
       // how the step's time is split between the constants.
       res[o] = (obs[o].what == 0 ? 5.0 : 1.0) * std::log(std::max(pred[obs[o].what], 1e-12) / obs[o].measured_s);
+      if (raw) raw->push_back(pred[obs[o].what] / obs[o].measured_s - 1);
     }
     return res;
   };
@@ -501,8 +520,23 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const Calibration
   fit.calibration = with(u);
   fit.calibration.fitted_runs = static_cast<int>(runs.size());
   fit.calibration.path.clear();
-  for (const Param& p : params) fit.fitted.push_back(p.name);
-  predict(fit.calibration, &fit.after_ms);
+  for (std::size_t p = 0; p < n; ++p) {
+    fit.fitted.push_back(params[p].name);
+    // A constant none of the runs depends on (e.g. the routing cost without a MoE run) cannot be fitted:
+    // it stays where it started, and the output says so.
+    std::vector<double> up = u;
+    up[p] += 0.1;
+    const std::vector<double> rp = predict(with(up), nullptr);
+    bool moves = false;
+    for (std::size_t o = 0; o < obs.size() && !moves; ++o) moves = std::fabs(rp[o] - r[o]) > 1e-9;
+    if (!moves) fit.unconstrained.push_back(params[p].name);
+  }
+  std::vector<double> ratios;
+  predict(fit.calibration, &fit.after_ms, &ratios);
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  fit.after_part_errors.assign(runs.size(), {none, none, none, none, none});
+  for (std::size_t o = 0; o < obs.size(); ++o)
+    if (obs[o].what > 0) fit.after_part_errors[obs[o].run][static_cast<std::size_t>(obs[o].what - 1)] = ratios[o];
   return fit;
 }
 

@@ -158,4 +158,6 @@ double CostModel::bandwidth(Link link) const {
   return std::max(gbps, 1e-3) * 1e9 * k_.network_efficiency;
 }
 
+double CostModel::collective_bandwidth(Link link) const { return bandwidth(link) * hw_.collective_link_ratio; }
+
 }  // namespace meshrun::planner::detail

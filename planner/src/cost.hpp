@@ -94,7 +94,8 @@ class CostModel {
 
  private:
   MemoryParts stage_memory(const Setting& s, int layers, int rank) const;
-  double bandwidth(Link link) const;  // bytes/s achieved by collectives
+  double bandwidth(Link link) const;             // bytes/s a transfer achieves (point-to-point, all-to-all)
+  double collective_bandwidth(Link link) const;  // bus bandwidth of an all-reduce, all-gather, reduce-scatter
   // Seconds of a forward GEMM (m×n outputs, depth k; `count` of them grouped) and of its backward pair
   // (input gradient m×k over n, weight gradient k×n over m).
   double gemm_fwd(double m, double n, double k, double count = 1) const;

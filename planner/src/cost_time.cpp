@@ -47,30 +47,42 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
     mm_bwd += gemm_bwd(g.rows, g.out, g.in, g.count);
     mm_bwd_weight += gemm_fwd(g.in, g.out, g.rows, g.count);  // dW = xᵀ·dy, the second GEMM of gemm_bwd
   }
-  const double attn_time =
+  // Attention: its matmul FLOPs at the fused kernel's efficiency, plus a cost per score (query-key pair, a
+  // causal half of seq per query and head) that the CPU kernel pays in its softmax; the backward recomputes
+  // the probabilities, so it pays the score cost once more (below).
+  const double attn_flops_time =
       tokens * fwd_attention_flops_per_token_layer(m_, seq_) / t / (peak * k_.attention_efficiency);
-  // Memory-bound elementwise kernels, bytes per token: two RMSNorms (read + write h), RoPE on Q and K,
-  // the activation function (read 2F, write F; GeLU read F, write F), two residual adds (read 2h, write h).
+  const double attn_score_time = tokens * m_.heads * (double(seq_) / 2) / t * k_.attention_score_s;
+  const double attn_time = attn_flops_time + attn_score_time;
+  // Memory-bound elementwise kernels, bytes per token. On the whole hidden state of every TP rank (split only
+  // by sequence parallelism): two RMSNorms (read + write h), two residual adds (read 2h, write h) and, with
+  // experts, dispatch and combine (read + write top_k·h each). On the rank's heads and FFN slice (÷ tp): RoPE
+  // on Q and K, the activation function (read 2F, write F; GeLU read F, write F).
   const double f_act = moe ? m_.top_k * moe_ffn : double(m_.ffn_hidden);
   const double act_fn = (m_.mlp == "gelu" ? 2.0 : 3.0) * f_act;
-  const double elementwise_bytes = act_ * (4.0 * m_.hidden + 2.0 * (q_dim + kv_dim) + act_fn + 6.0 * m_.hidden);
-  const double elementwise_time = tokens * elementwise_bytes / t / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
+  const double whole_bytes = act_ * (4.0 * h + 6.0 * h + (moe ? 4.0 * m_.top_k * h : 0.0)) / sp_div;
+  const double sliced_bytes = act_ * (2.0 * (q_dim + kv_dim) + act_fn) / t;
+  const double elementwise_time =
+      tokens * (whole_bytes + sliced_bytes) / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
   // Selective recomputation re-runs the two norms and the activation function in the backward pass.
   LayerCost c;
-  c.selective = tokens * act_ * (4.0 * m_.hidden + act_fn) / t / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
-  // Attention's and the elementwise kernels' backward: twice the forward work.
-  c.fwd = mm_fwd + attn_time + elementwise_time + k_.layer_overhead_s / 2;
-  c.bwd = mm_bwd + 2 * (attn_time + elementwise_time) + k_.layer_overhead_s / 2;
+  c.selective =
+      tokens * act_ * (4.0 * h / sp_div + act_fn / t) / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
+  // Attention's matmuls and the elementwise kernels' backward: twice the forward work.
+  const double attn_bwd = 2 * attn_flops_time + attn_score_time;
+  const double routing = moe ? tokens * m_.top_k * k_.routing_assignment_s : 0.0;  // host work, forward
+  c.fwd = mm_fwd + attn_time + elementwise_time + routing + k_.layer_overhead_s / 2;
+  c.bwd = mm_bwd + attn_bwd + 2 * elementwise_time + k_.layer_overhead_s / 2;
   c.bwd_weight = mm_bwd_weight;
-  c.parts = {mm_fwd + mm_bwd, 3 * attn_time, 3 * elementwise_time};
+  c.parts = {mm_fwd + mm_bwd, attn_time + attn_bwd, 3 * elementwise_time};
 
   // Exposed collectives per layer per micro-batch and direction (backward moves the same volume), each
   // with its start-up latency (ring steps over the group, NCCL's model).
   const double tp_lat = ring_latency(s.layout.tp, links.tp_islands, links.tp);
-  c.tp = s.layout.tp > 1 ? 4.0 * ((t - 1) / t * tokens * m_.hidden * act_ / bandwidth(links.tp) + tp_lat) : 0.0;
+  c.tp = s.layout.tp > 1 ? 4.0 * ((t - 1) / t * tokens * m_.hidden * act_ / collective_bandwidth(links.tp) + tp_lat) : 0.0;
   // CP: one all-gather of K, V (forward) or one reduce-scatter of dK, dV; time() counts how many.
   const double kv_bytes = double(seq_) * double(s.batch.micro_batch_size) * 2.0 * m_.kv_heads * m_.head_dim() / t * act_;
-  c.cp = s.layout.cp > 1 ? double(s.layout.cp - 1) / s.layout.cp * kv_bytes / bandwidth(links.cp) +
+  c.cp = s.layout.cp > 1 ? double(s.layout.cp - 1) / s.layout.cp * kv_bytes / collective_bandwidth(links.cp) +
                         ring_latency(s.layout.cp, links.cp_islands, links.cp)
                   : 0.0;
   if (s.layout.cp > 1 && cp_ring_) {
@@ -209,7 +221,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   };
   auto dp_exposed = [&](double params, double n, int islands, Link link) {
     if (n <= 1 || params <= 0) return 0.0;
-    const double bw = bandwidth(link), share = (n - 1) / n;
+    const double bw = collective_bandwidth(link), share = (n - 1) / n;
     const double calls = layers_dp * ring_latency(int(n), islands, link);  // issued per layer (bucket)
     const double ag = params * pb_ * share / bw + calls, rs = params * gb_ * share / bw + calls;
     switch (s.layout.zero_stage) {
@@ -223,9 +235,12 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   step.dp_comm = dp_exposed(dense_params, n_dp, links.dp_islands, links.dp) +
                  dp_exposed(expert_params, n_dp / s.layout.ep, links.edp_islands, links.edp);
 
-  // Optimizer step: read and write parameters, gradients and optimizer state of the local shard.
-  const double shard = s.layout.zero_stage >= 1 ? n_dp : 1.0;
-  const double state_bytes = (dense_params + expert_params) / shard * (pb_ + gb_ + ob_ * (2.0 + (pb_ != ob_)));
+  // Optimizer step: read and write parameters, gradients and optimizer state of the local shard (ZeRO shards
+  // dense weights over dp·cp, experts over their expert-data group, as the memory model does).
+  const bool zero = s.layout.zero_stage >= 1;
+  const double local_params =
+      dense_params / (zero ? n_dp : 1.0) + expert_params / (zero ? std::max(1.0, n_dp / s.layout.ep) : 1.0);
+  const double state_bytes = local_params * (pb_ + gb_ + ob_ * (2.0 + (pb_ != ob_)));
   step.optimizer = 2 * state_bytes / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
   out->time = step;
   return pc;

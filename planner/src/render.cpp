@@ -94,6 +94,11 @@ void estimate_object(JsonWriter& j, const Estimate& e) {
   j.field("dp_comm", t.dp_comm).field("optimizer", t.optimizer);
   if (t.shared_cores > 0) j.field("shared_cores", t.shared_cores);  // CPU ranks outnumbering the CPUs only
   j.end_object();
+  // compute split by kernel group (what --calibrate compares with meshrun-train's kernel_ms), not added again
+  j.key("compute_parts_s").begin_object();
+  j.field("matmul", t.compute_parts.matmul).field("attention", t.compute_parts.attention);
+  j.field("elementwise", t.compute_parts.elementwise);
+  j.end_object();
   j.field("tokens_per_s_per_gpu", e.tokens_per_s_per_gpu).field("tflops_per_gpu", e.tflops_per_gpu);
   j.field("mfu", e.mfu).field("model_flops_per_step", e.model_flops_per_step);
   j.field("params_total", e.params_total);

@@ -56,14 +56,25 @@ expect 0 "wrote $DIR/fixtures-fit.toml" "--calibrate on the recorded runs" -- pl
   "$FIX/tiny-dp2-zero1.jsonl" "$FIX/mid-1.jsonl" --calibration "$FIX/cpu.toml" -o "$DIR/fixtures-fit.toml"
 sed 's/^/     | /' "$DIR/out"
 for name in tiny-tp2 tiny-dp2-zero1 mid-1; do
-  line=$(grep "/$name.jsonl " "$DIR/out")
+  line=$(sed "/^run: by part/q" "$DIR/out" | grep "/$name.jsonl ")
   after=$(echo "$line" | awk '{print $NF}' | tr -d '%+-')
   if [[ -n $after ]] && python3 -c "import sys; sys.exit(0 if float('$after') <= 10 else 1)"; then
     pass "$name (recorded): after the fit within 10% of its measured median ($(echo "$line" | awk '{print $(NF-1), $NF}'))"
   else bad "$name (recorded): after the fit: ${after:-?}%"; fi
 done
+# Each run's parts after the fit; a one-rank run has no communication to compare ("-"), and a constant no
+# run depends on (the MoE routing cost, with no MoE run here) is named as not fitted.
+grep -qE "^run: by part +matmul +attn +elemwise +optim +outside" "$DIR/out" &&
+  sed -n '/^run: by part/,$p' "$DIR/out" | grep "/mid-1.jsonl " | grep -qE -- " -$" &&
+  sed -n '/^run: by part/,$p' "$DIR/out" | grep "/tiny-tp2.jsonl " | grep -qE "[+-][0-9.]+%$" &&
+  pass "the parts after the fit, per run (outside the kernels only for runs of more than one rank)" ||
+  bad "no per-part table, or the one-rank run compared outside the kernels"
+grep -qE "^not fitted \(no run depends on them.*routing_assignment_s" "$DIR/out" &&
+  ! grep -E "^not fitted" "$DIR/out" | grep -q "matmul_efficiency" &&
+  pass "routing_assignment_s named as not fitted (no MoE run), matmul_efficiency not" ||
+  bad "the unconstrained constants are not reported as such"
 # --estimate with the fitted file prints the estimate the fit reported for that run.
-fit_ms=$(grep "/tp2.jsonl " "$DIR/fit.out" | awk '{print $(NF-1)}')
+fit_ms=$(sed "/^run: by part/q" "$DIR/fit.out" | grep "/tp2.jsonl " | awk '{print $(NF-1)}')
 plan "$TEMPLATE" --estimate --format json --calibration "$DIR/fit.toml" --set cluster.gpus_per_node=2 --set parallel.tp=2 \
   >"$DIR/est.json" 2>"$DIR/est.err"
 python3 - "$DIR/est.json" "$fit_ms" "$DIR/fit.toml" <<'PY' && pass "--estimate --calibration FIT: tp2's step = the fit's figure ($fit_ms ms), the file named" || { bad "--estimate with the fit differs"; cat "$DIR/est.err"; }

@@ -109,6 +109,36 @@ TEST_CASE("CPU runs need a calibration; with one they are costed from its figure
   CHECK(half.time.compute_parts.attention == Approx(base.time.compute_parts.attention));
 }
 
+TEST_CASE("the CPU model: collectives at collective_gbps, norms not split by tp, experts' optimizer shard", "[planner][calibration]") {
+  const Calibration cal = cpu_figures();  // link 8 GB/s, no collective figure: collectives at the link's rate
+  Calibration slow = cal;
+  slow.collective_gbps = 2;  // a quarter of the link
+  // TP's all-reduces and DP's gradient collectives move at the collective rate; their latency stays.
+  const JobConfig tp2 = tiny(2, 2, 1, 1, 0), dp2 = tiny(2, 1, 1, 1, 1), pp2 = tiny(2, 1, 2, 1, 0);
+  Calibration no_latency = cal;
+  no_latency.constants = {{"collective_base_latency_s", 0}, {"hop_latency_pcie_s", 0}};
+  Calibration slow_no_latency = no_latency;
+  slow_no_latency.collective_gbps = 2;
+  CHECK(estimate(tp2, slow_no_latency).time.tp_comm == Approx(4 * estimate(tp2, no_latency).time.tp_comm));
+  CHECK(estimate(dp2, slow_no_latency).time.dp_comm == Approx(4 * estimate(dp2, no_latency).time.dp_comm));
+  // Point-to-point transfers (the pipeline's) keep the link's rate.
+  CHECK(estimate(pp2, slow).step_time_s == Approx(estimate(pp2, cal).step_time_s));
+  // Without sequence parallelism every TP rank runs the norms and residual adds on the whole hidden state:
+  // the elementwise part at tp 2 is more than half of tp 1's (the heads' and FFN's share halves).
+  const double el1 = estimate(tiny(1, 1, 1, 1, 0), cal).time.compute_parts.elementwise;
+  const double el2 = estimate(tp2, cal).time.compute_parts.elementwise;
+  CHECK(el2 > 0.55 * el1);
+  CHECK(el2 < 0.9 * el1);
+  // MoE under ZeRO-1 at ep 2, dp 2: the dense weights' optimizer state is split over 2 ranks, the experts'
+  // over their expert-data group of 1, so the optimizer reads the rank's whole expert shard.
+  JobConfig moe = tiny(2, 1, 1, 1, 1);
+  moe.model.experts = 8, moe.model.top_k = 2, moe.model.moe_ffn_hidden = 128;
+  moe.parallel.ep = 2;
+  JobConfig moe_ep1 = moe;
+  moe_ep1.parallel.ep = 1;  // 8 local experts, split over the 2 DP ranks by ZeRO: the same state per rank
+  CHECK(estimate(moe, cal).time.optimizer == Approx(estimate(moe_ep1, cal).time.optimizer).epsilon(1e-9));
+}
+
 TEST_CASE("the search over a CPU calibration offers what meshrun-train runs", "[planner][calibration]") {
   JobConfig cfg = tiny(4, 2, 1, 1, 1);
   const std::string path = write_file("search.toml", calibration_toml(cpu_figures(), "search"));
@@ -137,12 +167,14 @@ TEST_CASE("calibration files: read, written, refused in one line with file:line:
   Calibration c = cpu_figures();
   c.constants = {{"matmul_efficiency", 0.61}, {"shared_core_latency_s", 0.002}};
   c.fitted_runs = 3;
+  c.collective_gbps = 1.5;
   const std::string path = write_file("ok.toml", calibration_toml(c, "a comment\nover two lines"));
   const Calibration back = load_calibration(path);
   CHECK(back.device == "cpu");
   CHECK(back.node_cpus == 2);
   CHECK(back.gflops_per_cpu == 80);
   CHECK(back.link_gbps == 8);
+  CHECK(back.collective_gbps == 1.5);
   CHECK(constant(back, "matmul_efficiency") == 0.61);
   CHECK(constant(back, "shared_core_latency_s") == 0.002);
   CHECK(back.fitted_runs == 3);
@@ -178,8 +210,16 @@ TEST_CASE("the fit reproduces runs made under known constants, from a wrong star
                      {"attention_efficiency", 0.12},       {"memory_efficiency", 0.4},
                      {"network_efficiency", 0.3},          {"collective_base_latency_s", 60e-6},
                      {"hop_latency_pcie_s", 10e-6},        {"shared_core_latency_s", 2e-3},
-                     {"layer_overhead_s", 3e-4}};
+                     {"layer_overhead_s", 3e-4},           {"attention_score_s", 2e-8},
+                     {"routing_assignment_s", 5e-7}};
+  // A wider model with a longer sequence: its FLOPs per attention score differ from tiny's, which is what
+  // tells the attention efficiency from the cost per score.
+  JobConfig wide = tiny(1, 1, 1, 1, 0);
+  wide.model.hidden = 256, wide.model.heads = 4, wide.model.kv_heads = 2, wide.training.seq_len = 128;
+  JobConfig moe = tiny(2, 1, 1, 1, 1);
+  moe.model.experts = 8, moe.model.top_k = 2, moe.model.moe_ffn_hidden = 128, moe.parallel.ep = 2;
   std::vector<MeasuredRun> runs = {
+      synthetic(wide, truth, "wide one rank"),            synthetic(moe, truth, "moe ep2"),
       synthetic(tiny(1, 1, 1, 1, 0), truth, "one rank"),          synthetic(tiny(2, 2, 1, 1, 0), truth, "tp2"),
       synthetic(tiny(2, 1, 2, 1, 0), truth, "pp2 1f1b"),          synthetic(tiny(2, 1, 1, 2, 0), truth, "cp2"),
       synthetic(tiny(2, 1, 1, 1, 3), truth, "dp2 zero3"),         synthetic(tiny(4, 2, 1, 1, 1), truth, "tp2 dp2 shared"),
@@ -198,6 +238,8 @@ TEST_CASE("the fit reproduces runs made under known constants, from a wrong star
   CHECK(constant(fit.calibration, "matmul_efficiency") == Approx(0.55).epsilon(0.02));
   CHECK(constant(fit.calibration, "attention_efficiency") == Approx(0.12).epsilon(0.02));
   CHECK(constant(fit.calibration, "memory_efficiency") == Approx(0.4).epsilon(0.02));
+  CHECK(constant(fit.calibration, "attention_score_s") == Approx(2e-8).epsilon(0.02));
+  CHECK(constant(fit.calibration, "routing_assignment_s") == Approx(5e-7).epsilon(0.05));
   CHECK(fit.calibration.fitted_runs == int(runs.size()));
   CHECK(fit.calibration.device == "cpu");
   CHECK(fit.calibration.gflops_per_cpu == 80);  // the figures are kept

@@ -8,6 +8,7 @@
 //   gflops_per_cpu = 80.0       # the trainer's fp32 matmul kernel, one rank per CPU (fp64: gflops_per_cpu_fp64)
 //   memory_gbps_per_cpu = 9.0   # streaming copy, one rank per CPU
 //   link_gbps = 6.0             # MPI point-to-point between two ranks of a node, per direction
+//   collective_gbps = 1.6       # MPI_Allreduce's bus bandwidth between them (0 or absent: link_gbps)
 //   memory_gib = 23.4           # the node's memory
 //   # the cost model's constants (any subset; the rest keep the device's defaults)
 //   matmul_efficiency = 0.61
@@ -16,6 +17,7 @@
 //
 // docs/planner.md, "Calibration", lists every key and how --calibrate fits them.
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,7 @@ struct Calibration {
   // CPU figures (0 = not given)
   int node_cpus = 0;
   double gflops_per_cpu = 0, gflops_per_cpu_fp64 = 0, memory_gbps_per_cpu = 0, link_gbps = 0, memory_gib = 0;
+  double collective_gbps = 0;
   // The constants this file sets, by name (cost_constant_names()); the others keep the device's defaults.
   std::vector<std::pair<std::string, double>> constants;
   int fitted_runs = 0;
@@ -57,6 +60,9 @@ struct MeasuredRun {
   // ms per step the busiest rank spent in each kernel group (matmul, attention, elementwise, loss, optimizer);
   // negative = not recorded
   double matmul_ms = -1, attention_ms = -1, elementwise_ms = -1, optimizer_ms = -1;
+  // the step less those groups: communication and its waits, the pipeline bubble, host work; negative = not
+  // recorded
+  double outside_kernels_ms = -1;
   int steps = 0;             // steps the medians are over
   double step_ms_spread = 0; // (max − min) / median of those steps
 };
@@ -69,6 +75,10 @@ struct CalibrationFit {
   Calibration calibration;                  // base figures + the fitted constants
   std::vector<double> before_ms, after_ms;  // the estimate of each run with the base and the fitted constants
   std::vector<std::string> fitted;          // names of the constants fitted
+  std::vector<std::string> unconstrained;   // of those, the ones no run depends on: kept at their start
+  // After the fit, each run's estimate over its measurement − 1 by part: matmul, attention, elementwise,
+  // optimizer, outside the kernels (NaN where the run did not record it)
+  std::vector<std::array<double, 5>> after_part_errors;
 };
 // Fits the device's constants to the runs (bounded least squares on the logarithm of step time and of each
 // recorded kernel group). Every run must be of base.device; throws ConfigError otherwise.

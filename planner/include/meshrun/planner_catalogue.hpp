@@ -56,6 +56,14 @@ struct CostConstants {
   // Host time per layer and micro-batch outside kernels and communication (meshrun-train's CPU backend: its
   // own copies and bookkeeping); on GPUs such gaps are part of the efficiencies, so 0.
   double layer_overhead_s = 0.0;
+  // Seconds per attention score (query-key pair) outside the matmul FLOPs, forward and again backward: the
+  // softmax's exponential and rescaling, which meshrun-train's CPU kernel pays per score whatever the head
+  // dimension. 0 on GPUs, where the fitted attention efficiency holds it.
+  double attention_score_s = 0.0;
+  // Host time per routed assignment (token × top_k) per MoE layer and micro-batch outside kernels:
+  // meshrun-train's CPU backend decides the dispatch on the host (copies the router's choices, sorts the
+  // assignments by expert, builds the send order). 0 on GPUs, where routing runs in kernels.
+  double routing_assignment_s = 0.0;
 };
 // The constants of a GPU generation ("ampere", "hopper", "blackwell"); any other name (a GPU outside the
 // catalogue) gets hopper's.
@@ -74,6 +82,9 @@ struct Hardware {
   double nvlink_gbps = 0;      // per GPU per direction
   double pcie_gbps = 0;
   double nic_gbps_per_gpu = 0; // scale-out bandwidth per GPU, GB/s (bytes!), = nics·Gbit/s / 8 / gpus_per_node
+  // A collective's bus bandwidth over a point-to-point's on the same link: 1 on GPUs (NCCL's rings run at
+  // link speed, network_efficiency covers the rest); measured on CPUs (collective_gbps / link_gbps).
+  double collective_link_ratio = 1.0;
   int nics_per_node = 0;
   double nic_gbit = 0;         // per NIC
   int gpus_per_node = 0;
