@@ -127,13 +127,10 @@ std::string token_file_path(const JobConfig& cfg, int rank) {
       };
       if (!cfg.data.tokenizer.empty()) {  // another tokenizer (or a changed one) gets another file
         key = "tokenizer 1|" + cfg.data.token_dtype;
-        const fs::path t(cfg.data.tokenizer);
-        if (fs::is_directory(t)) {
-          for (const char* f : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"})
-            if (fs::exists(t / f)) add_file((t / f).string());
-        } else {
-          add_file(t.string());
-          if (fs::exists(t.parent_path() / "tokenizer_config.json")) add_file((t.parent_path() / "tokenizer_config.json").string());
+        try {
+          for (const std::string& f : tokenizer_files(cfg.data.tokenizer).paths()) add_file(f);
+        } catch (const TokenizerError& e) {
+          throw DataError("data.tokenizer: " + e.msg);
         }
       }
       for (const std::string& f : text_files(inputs)) add_file(f);
