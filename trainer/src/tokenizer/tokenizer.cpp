@@ -53,16 +53,23 @@ std::string utf8_sanitize(std::string_view s) {
   return out;
 }
 
+namespace {
+// A model directory's (Hugging Face's layout) tokenizer file: the first of these that exists.
+std::string dir_tokenizer(const std::string& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (const auto f = std::filesystem::path(dir) / name; std::filesystem::exists(f)) return f.string();
+  return "";
+}
+}  // namespace
+
+bool dir_has_tokenizer(const std::string& dir) { return !dir_tokenizer(dir).empty(); }
+
 TokenizerFiles tokenizer_files(const std::string& given) {
   namespace fs = std::filesystem;
   TokenizerFiles files;
-  files.tokenizer = given;
-  if (fs::is_directory(given)) {  // a model directory (Hugging Face's layout)
-    const fs::path dir(given);
-    if (fs::exists(dir / "tokenizer.json")) files.tokenizer = (dir / "tokenizer.json").string();
-    else if (fs::exists(dir / "tokenizer.model")) files.tokenizer = (dir / "tokenizer.model").string();
-    else throw TokenizerError("directory " + given + " holds no tokenizer.json nor tokenizer.model; give the tokenizer file");
-  }
+  files.tokenizer = fs::is_directory(given) ? dir_tokenizer(given) : given;
+  if (files.tokenizer.empty())
+    throw TokenizerError("directory " + given + " holds no tokenizer.json nor tokenizer.model; give the tokenizer file");
   std::ifstream is(files.tokenizer, std::ios::binary);
   if (!is) throw TokenizerError("cannot read tokenizer file " + files.tokenizer + "; give a tokenizer.json or a SentencePiece .model");
   char first = 0;

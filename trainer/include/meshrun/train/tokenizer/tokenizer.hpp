@@ -46,6 +46,8 @@ struct TokenizerFiles {
 // Throws TokenizerError (one line naming the path and the fix) for a directory without either file or an
 // unreadable file.
 TokenizerFiles tokenizer_files(const std::string& path);
+// Whether directory `dir` holds a tokenizer tokenizer_files would take (its tokenizer.json or tokenizer.model).
+bool dir_has_tokenizer(const std::string& dir);
 
 // path as tokenizer_files takes it. Throws TokenizerError with one line naming the file and the problem.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
