@@ -4,7 +4,10 @@
 #   after   what `scripts/local-slurm env` prints today (the documented path: Open MPI's UCX PML)
 #   before  the loopback TCP BTL the docs gave before (OMPI_MCA_btl=self,tcp ... ; Open MPI 4.1.4's TCP BTL
 #           segfaulted in MPI_Init in 2 of 210 such jobs)
-# Jobs of the two kinds are interleaved, so both see the same load. No job is retried: every failure counts.
+# Jobs of the two kinds are interleaved, so both see the same load. No job is retried: every failure counts. A
+# submission that fails (meshrun sbatch exits non-zero) is counted as "unsubmitted", and the soak goes on. The
+# summary is printed at the end, and on SIGINT/SIGTERM for the jobs so far (those still queued or running then
+# count as "unfinished").
 #
 #   bench/startup_soak.sh [--jobs N] [--before N] [--build DIR] [--out DIR] [--nice N]
 #     --jobs N     jobs with the documented configuration (default 600)
@@ -50,19 +53,65 @@ after_env=$(env | grep -E '^(OMPI|UCX)_' | sort)
 before_env=$(echo "$after_env" | grep -v -E '^OMPI_MCA_pml' ; echo "OMPI_MCA_btl=self,tcp"; echo "OMPI_MCA_btl_tcp_if_include=lo")
 cd "$out" || exit 1
 
+# Every submission is one line of $out/submissions: KIND and the job id, or KIND and "-" when it failed (its
+# stderr then goes to $out/submit-failures).
 submit() {  # KIND: submits one job with that kind's Open MPI environment
-  local kind=$1 vars
+  local kind=$1 vars id
   if [ "$kind" = after ]; then vars=$after_env; else vars=$before_env; fi
   # shellcheck disable=SC2046
-  env -u OMPI_MCA_pml -u OMPI_MCA_pml_ucx_tls -u OMPI_MCA_pml_ucx_devices -u OMPI_MCA_btl $(echo "$vars") \
+  if env -u OMPI_MCA_pml -u OMPI_MCA_pml_ucx_tls -u OMPI_MCA_pml_ucx_devices -u OMPI_MCA_btl $(echo "$vars") \
     meshrun sbatch "$here/templates/tiny.toml" --nodes 2 --gpus-per-node 2 --set training.steps=1 \
-      --set job.name=soak-$kind --output "$out/$kind-%j.out" >/dev/null 2>"$out/submit.err" ||
-    { echo "startup_soak: submission failed: $(tail -1 "$out/submit.err")" >&2; exit 1; }
+      --set job.name=soak-$kind --output "$out/$kind-%j.out" >"$out/submit.out" 2>"$out/submit.err" &&
+    id=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$out/submit.out") && [ -n "$id" ]; then
+    echo "$kind $id" >>"$out/submissions"
+  else
+    echo "$kind -" >>"$out/submissions"
+    { echo "submission $((i + 1)) ($kind):"; cat "$out/submit.err"; } >>"$out/submit-failures"
+    echo "startup_soak: submission $((i + 1)) ($kind) failed: $(grep -m1 'error' "$out/submit.err" || tail -1 "$out/submit.err")" \
+      "(all of it in $out/submit-failures); counted as unsubmitted, going on" >&2
+  fi
+}
+
+# The table of every submission so far. Started: the job's log says training finished; crashed: a signal or
+# segfault in the log; other: any other end (no log included); unfinished: still queued or running (an
+# interrupted soak only). The crash rate is over the jobs that ended (started + crashed + other).
+summary() {
+  local queued kind id f n ok crash other unsub unfin bound
+  queued=" $(squeue -h -o %i 2>/dev/null | tr '\n' ' ') "
+  echo
+  echo "startup soak: 2-node jobs (2 ranks per node) of templates/tiny.toml with training.steps=1, $(($(date +%s) - start)) s"
+  printf '%-7s %6s %8s %8s %8s %11s %10s  %s\n' config jobs started crashed other unsubmitted unfinished "crash rate (95% upper bound)"
+  rc=0
+  for kind in after before; do
+    n=0 ok=0 crash=0 other=0 unsub=0 unfin=0
+    while read -r k id; do
+      [ "$k" = "$kind" ] || continue
+      f=$out/$kind-$id.out
+      if [ "$id" = - ]; then unsub=$((unsub + 1))
+      elif [[ $queued == *" $id "* ]]; then unfin=$((unfin + 1))
+      elif grep -q '^meshrun-train: finished steps 1\.\.1' "$f" 2>/dev/null; then ok=$((ok + 1))
+      elif grep -Eq 'Segmentation fault|Signal: |Bus error|core dumped' "$f" 2>/dev/null; then crash=$((crash + 1)); echo "  crashed: $f" >&2
+      else other=$((other + 1)); echo "  failed: $f" >&2
+      fi
+    done < <(cat "$out/submissions" 2>/dev/null)
+    [ $((ok + crash + other + unsub + unfin)) = 0 ] && continue
+    n=$((ok + crash + other))
+    # Zero events in n trials: the 95% upper bound is 3/n (rule of three); else the Wilson bound.
+    bound=$(awk -v k=$crash -v n=$n 'BEGIN { z = 1.96; p = k / n;
+      if (n == 0) { printf "no job ended"; exit }
+      if (k == 0) { printf "%.2f%%", (n > 3 ? 300 / n : 100); exit }
+      c = (p + z*z/(2*n) + z*sqrt(p*(1-p)/n + z*z/(4*n*n))) / (1 + z*z/n); printf "%.2f%%", 100 * c }')
+    printf '%-7s %6d %8d %8d %8d %11d %10d  %.2f%% (%s)\n' $kind $n $ok $crash $other $unsub $unfin \
+      "$(awk -v k=$crash -v n=$n 'BEGIN{print n ? 100*k/n : 0}')" "$bound"
+    [ $kind = after ] && [ $((crash + other + unsub + unfin)) -gt 0 ] && rc=1
+  done
+  echo "logs: $out"
 }
 
 # Interleave: spread the `before` jobs evenly among the `after` ones. Keep 4 jobs in the queue (2 run at once on
 # the 4 nodes): the queue never empties, and the scheduler is never flooded.
 total=$((jobs + before)) sent_after=0 sent_before=0 start=$(date +%s)
+trap 'echo "startup_soak: interrupted; the jobs so far:" >&2; summary; exit 130' INT TERM
 for ((i = 0; i < total; i++)); do
   if [ $sent_before -lt "$before" ] && [ $((sent_before * total)) -le $((i * before)) ]; then
     kind=before; sent_before=$((sent_before + 1))
@@ -75,28 +124,5 @@ for ((i = 0; i < total; i++)); do
 done
 while [ "$(squeue -h | wc -l)" -gt 0 ]; do sleep 0.5; done
 sleep 1
-
-echo
-echo "startup soak: 2-node jobs (2 ranks per node) of templates/tiny.toml with training.steps=1, $(($(date +%s) - start)) s"
-printf '%-7s %6s %8s %8s %8s  %s\n' config jobs started crashed other "crash rate (95% upper bound)"
-rc=0
-for kind in after before; do
-  n=0 ok=0 crash=0 other=0
-  for f in "$out"/$kind-*.out; do
-    [ -e "$f" ] || continue
-    n=$((n + 1))
-    if grep -q '^meshrun-train: finished steps 1\.\.1' "$f"; then ok=$((ok + 1))
-    elif grep -Eq 'Segmentation fault|Signal: |Bus error|core dumped' "$f"; then crash=$((crash + 1)); echo "  crashed: $f" >&2
-    else other=$((other + 1)); echo "  failed: $f" >&2
-    fi
-  done
-  [ $n = 0 ] && continue
-  # Zero events in n trials: the 95% upper bound is 3/n (rule of three); else the Wilson bound.
-  bound=$(awk -v k=$crash -v n=$n 'BEGIN { z = 1.96; p = k / n;
-    if (k == 0) { printf "%.2f%%", 300 / n; exit }
-    c = (p + z*z/(2*n) + z*sqrt(p*(1-p)/n + z*z/(4*n*n))) / (1 + z*z/n); printf "%.2f%%", 100 * c }')
-  printf '%-7s %6d %8d %8d %8d  %.2f%% (%s)\n' $kind $n $ok $crash $other "$(awk -v k=$crash -v n=$n 'BEGIN{print 100*k/n}')" "$bound"
-  [ $kind = after ] && [ $((crash + other)) -gt 0 ] && rc=1
-done
-echo "logs: $out"
+summary
 exit $rc

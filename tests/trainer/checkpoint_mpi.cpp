@@ -105,7 +105,7 @@ Run segment(const JobConfig& cfg, const Case& c, int from, int to, const std::st
     std::string err;
     int step = -1;
     try {
-      step = load_checkpoint(t, load_dir, file.tokens());
+      step = load_checkpoint(t, load_dir, DataIdentity{file.tokens(), {}});
     } catch (const CheckpointError& e) {
       err = e.what();
     }
@@ -131,7 +131,7 @@ Run segment(const JobConfig& cfg, const Case& c, int from, int to, const std::st
     r.losses.push_back(st.loss);
     r.norms.push_back(st.grad_norm);
   }
-  if (!save_dir.empty()) save_checkpoint(t, save_dir, to, 2, file.tokens());
+  if (!save_dir.empty()) save_checkpoint(t, save_dir, to, 2, DataIdentity{file.tokens(), {}});
   r.params = t.gather_params();
   return r;
 }
@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
       std::vector<std::string> removed;
       for (int s = 0; s < 4; ++s) {
         t.step(s, sched);
-        const SaveResult r = save_checkpoint(t, dir, s + 1, 2, file.tokens());
+        const SaveResult r = save_checkpoint(t, dir, s + 1, 2, DataIdentity{file.tokens(), {}});
         removed.insert(removed.end(), r.removed.begin(), r.removed.end());
       }
       if (g_rank == 0) {
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
         ::setenv("MESHRUN_CKPT_FAIL", spec.c_str(), 1);
         std::string err;
         try {
-          save_checkpoint(t, dir, 9, 2, file.tokens());
+          save_checkpoint(t, dir, 9, 2, DataIdentity{file.tokens(), {}});
         } catch (const CheckpointError& e) {
           err = e.what();
         }

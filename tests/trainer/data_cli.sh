@@ -2,7 +2,9 @@
 # Megatron indexed datasets, blends and validation through meshrun-train (real mpirun, real files): a blend of
 # two datasets trains on tiny with data.valid, eval_loss is in the progress line and in the metrics of the
 # evaluated steps only; a run resumed from a checkpoint continues the blend's sample sequence and the validation
-# losses bit for bit; data.path may name an indexed dataset; broken data is refused in one line, exit 2.
+# losses bit for bit, also with the datasets moved (the checkpoint records sizes and normalised weights, not paths);
+# a resume with another blend is refused in one line naming data.blend, nothing written; data.path may name an
+# indexed dataset; broken data is refused in one line, exit 2.
 # usage: data_cli.sh MESHRUN_TRAIN MAKE_INDEXED TEMPLATE MPIRUN
 set -u
 TRAIN=$1 MAKE=$2 TEMPLATE=$3 MPIRUN=$4
@@ -45,6 +47,37 @@ expect 0 "resuming from $DIR/ref/step-3" "the blend resumes from step 3" -- "${R
 if diff <(numbers "$DIR/ref.jsonl" | sed -n '4,6p') <(numbers "$DIR/resumed.jsonl") >"$DIR/diff"; then
   pass "steps 4-6 after the resume: loss, grad_norm and eval_loss equal the uninterrupted run's bit for bit"
 else bad "the resumed steps differ:"; head -4 "$DIR/diff"; fi
+# ... and from the datasets moved elsewhere, with the weights scaled (7/3 normalise to 0.7/0.3): the checkpoint
+# records each entry's normalised weight and dataset size, not its path.
+mkdir "$DIR/moved" && cp "$DIR"/web.* "$DIR"/code.* "$DIR/moved/" && echo step-3 >"$DIR/ref/latest"
+expect 0 "resuming from $DIR/ref/step-3" "the blend resumes with its datasets moved and its weights scaled" -- "${RUN[@]}" \
+  --metrics "$DIR/moved.jsonl" --set checkpoint.dir="$DIR/ref" --set checkpoint.interval=3 \
+  --set "data.blend=[[7, \"$DIR/moved/web\"], [3, \"$DIR/moved/code\"]]"
+if diff <(numbers "$DIR/ref.jsonl" | sed -n '4,6p') <(numbers "$DIR/moved.jsonl") >"$DIR/diff"; then
+  pass "steps 4-6 after the moved resume equal the uninterrupted run's bit for bit"
+else bad "the moved resume's steps differ:"; head -4 "$DIR/diff"; fi
+# Another blend is refused at resume, one line naming data.blend and what differs, exit 2, nothing written (the
+# checkpoint directory's files other than the lock, which records its holder, and no metrics file).
+snapshot() { (cd "$DIR/ref" && find . -path ./lock -prune -o -printf '%p %s %T@\n' | sort; cat latest); }
+refuse_resume() {
+  local what=$1 pattern=$2 blend=$3 before
+  shift 3
+  echo step-3 >"$DIR/ref/latest"
+  before=$(snapshot)
+  expect 2 "meshrun-train: .*data.blend differs from the checkpoint's: $pattern" "resume refused: $what" -- "${RUN[@]}" \
+    --metrics "$DIR/refused.jsonl" --set checkpoint.dir="$DIR/ref" --set checkpoint.interval=3 --set "data.blend=$blend" "$@"
+  [[ $(grep -c "meshrun-train:" "$DIR/out") -eq 1 ]] || bad "$what: not one line"
+  [[ $(snapshot) == "$before" && ! -e "$DIR/refused.jsonl" ]] && pass "$what: nothing written" || bad "$what: files written"
+}
+refuse_resume "the weights swapped" "entry 0's normalised weight = 0.7 in the checkpoint but 0.3 in this run" \
+  "[[0.3, \"$DIR/web\"], [0.7, \"$DIR/code.bin\"]]"
+refuse_resume "entry 1 another dataset" "entry 1's dataset = [0-9]* tokens, [0-9]* documents in the checkpoint but" \
+  "[[0.7, \"$DIR/web\"], [0.3, \"$DIR/valid\"]]"
+refuse_resume "a third entry" "2 entries in the checkpoint but 3 entries in this run" \
+  "[[0.7, \"$DIR/web\"], [0.3, \"$DIR/code\"], [0.1, \"$DIR/valid\"]]"
+refuse_resume "one dataset instead of the blend" "2 entries in the checkpoint but one dataset (data.path) in this run" "[]" \
+  --set data.path="$DIR/web"
+
 # ... and another blend is another sequence (the comparison above can fail).
 expect 0 "" "the same run with the weights swapped" -- "${RUN[@]}" --metrics "$DIR/swapped.jsonl" \
   --set "data.blend=[[0.3, \"$DIR/web\"], [0.7, \"$DIR/code.bin\"]]"

@@ -10,7 +10,8 @@
 #  - negatives: a changed rms_norm_eps makes the PyTorch loss differ and is refused by meshrun-train naming
 #    the field, as is a changed rope_theta; rope_scaling, a disagreeing num_key_value_heads, a missing tensor, a bad --max-shard-size and
 #    a non-empty OUTDIR are each refused in one line, exit 2;
-#  - meshrun-ckpt sample on both checkpoints: --ids, seeds, top-p, bad arguments.
+#  - meshrun-ckpt sample on both checkpoints: --ids, seeds, top-p, bad arguments; on the exported directories the
+#    same output as on their checkpoints (greedy and seeded; with the directory's tokenizer.model by default).
 # usage: hf_export.sh MESHRUN_TRAIN MESHRUN_TOKENIZE MESHRUN_CKPT MPIRUN TEMPLATES_DIR
 set -u
 TRAIN=$1 TOKENIZE=$2 CKPT=$3 MPIRUN=$4 TEMPLATES=$5
@@ -162,6 +163,35 @@ grep -q '^The license ' "$DIR/out" && pass "the output starts with the prompt" |
 "${S[@]}" --max-new-tokens 30 --temperature 1 --top-p 1e-9 --seed 4 --ids >"$DIR/nucleus" 2>/dev/null
 [[ -s $DIR/greedy ]] && cmp -s "$DIR/greedy" "$DIR/nucleus" && pass "--top-p 1e-9 (the top token alone) = greedy" || bad "top-p 1e-9 differs from greedy"
 expect 0 "ids:" "sample from the MoE checkpoint" -- "$CKPT" sample "$DIR/tiny-moe-ck" --prompt "The " --max-new-tokens 10 --seed 2 --ids
+# sample PATH = an exported Hugging Face directory (loaded as checkpoint.load = DIR loads it, the model from its
+# config.json): greedy and seeded output from OUTDIR equal those from the checkpoint it came from, ids and text
+# (dense, MoE, the sharded directory); config.json's rms_norm_eps 1.0 samples other tokens (the comparison can
+# fail); a directory asking for what meshrun does not implement is refused in one line.
+same_sample() {  # same_sample CKPT OUTDIR SAMPLE-ARGS...: the outputs of both, equal
+  local ck=$1 hf=$2; shift 2
+  "$CKPT" sample "$DIR/$ck" --prompt "The license " --ids "$@" >"$DIR/from-ck" 2>/dev/null
+  "$CKPT" sample "$DIR/$hf" --prompt "The license " --ids "$@" >"$DIR/from-hf" 2>"$DIR/from-hf.err"
+  if [[ -s $DIR/from-ck ]] && cmp -s "$DIR/from-ck" "$DIR/from-hf"; then
+    pass "sample $hf $* = sample $ck: $(sed -n 's/^ids: //p' "$DIR/from-hf" | wc -w) ids and the text equal"
+  else bad "sample $hf $* differs from sample $ck: $(tail -1 "$DIR/from-hf") vs $(tail -1 "$DIR/from-ck"); $(tail -1 "$DIR/from-hf.err")"; fi
+}
+for pair in "tiny-ck tiny-hf" "tiny-moe-ck tiny-moe-hf" "tiny-ck sharded"; do
+  read -r ck hf <<<"$pair"
+  same_sample "$ck" "$hf" --max-new-tokens 40 --temperature 0
+  same_sample "$ck" "$hf" --max-new-tokens 40 --temperature 1 --seed 4
+done
+grep -q "sampling from $DIR/sharded on the" "$DIR/from-hf.err" && pass "sample names the directory it samples from" ||
+  bad "sample's stderr: $(head -1 "$DIR/from-hf.err")"
+"$CKPT" sample "$DIR/eps" --prompt "The license " --ids --max-new-tokens 40 --temperature 0 >"$DIR/from-eps" 2>/dev/null
+"$CKPT" sample "$DIR/tiny-ck" --prompt "The license " --ids --max-new-tokens 40 --temperature 0 >"$DIR/from-ck" 2>/dev/null
+[[ -s $DIR/from-eps ]] && ! cmp -s "$DIR/from-ck" "$DIR/from-eps" && pass "sample from a directory with rms_norm_eps = 1.0: other tokens" ||
+  bad "rms_norm_eps = 1.0 in config.json changed nothing in sample"
+for refusal in "scaling:rope_scaling = an object: meshrun-train implements plain RoPE" \
+               "tie:tie_word_embeddings = true: meshrun-train keeps Llama's untied LM head" \
+               "missing:tensor model.layers.2.self_attn.v_proj.weight is missing"; do
+  expect 2 "${refusal#*:}" "sample from directory ${refusal%%:*}: refused" -- "$CKPT" sample "$DIR/${refusal%%:*}" --prompt x
+  [[ $(wc -l <"$DIR/out") -eq 1 ]] || bad "sample from directory ${refusal%%:*}: not one line"
+done
 sample_refused() {  # sample_refused DESCRIPTION PATTERN ARGS...
   local what=$1 pattern=$2; shift 2
   expect 2 "$pattern" "$what" -- "$CKPT" sample "$DIR/tiny-ck" "$@"
@@ -193,6 +223,13 @@ if command -v spm_train >/dev/null; then
   expect 0 "ids:" "sample --tokenizer spm.model (prompt encoded and output decoded by it)" -- \
     "$CKPT" sample "$DIR/tiny-ck" --prompt "The license " --tokenizer "$DIR/spm200.model" --max-new-tokens 8 --temperature 0 --ids
   ids=$(sed -n 's/^ids: //p' "$DIR/out"); for t in $ids; do [[ $t -lt 200 ]] || bad "sampled id $t is outside the tokenizer's 200"; done
+  # The exported directory's tokenizer.model is sample's default there: the same as --tokenizer spm.model on the checkpoint.
+  "$CKPT" sample "$DIR/tiny-ck" --prompt "The license " --tokenizer "$DIR/spm200.model" --max-new-tokens 8 --temperature 0 --ids \
+    >"$DIR/tok-ck.out" 2>/dev/null
+  "$CKPT" sample "$DIR/tiny-hf-tok" --prompt "The license " --max-new-tokens 8 --temperature 0 --ids >"$DIR/tok-hf.out" 2>/dev/null
+  [[ -s $DIR/tok-ck.out ]] && cmp -s "$DIR/tok-ck.out" "$DIR/tok-hf.out" &&
+    pass "sample OUTDIR (its tokenizer.model by default) = sample CKPT --tokenizer spm.model: $(head -1 "$DIR/tok-hf.out" | cut -c1-40)" ||
+    bad "sample from the directory with its tokenizer differs: $(head -1 "$DIR/tok-hf.out") vs $(head -1 "$DIR/tok-ck.out")"
   expect 2 "has 300 tokens but the model's vocabulary is 256" "export --tokenizer with a larger vocabulary is refused" -- \
     "$CKPT" export "$DIR/tiny-ck" "$DIR/tiny-hf-tok300" --tokenizer "$DIR/spm300.model"
   [[ ! -e $DIR/tiny-hf-tok300 ]] && pass "the refused export left no directory" || bad "a refused export left $DIR/tiny-hf-tok300"

@@ -185,6 +185,15 @@ TEST_CASE("a blend of an indexed dataset and a raw file draws each sample from t
     CHECK(from_web == 150);
     CHECK(blend->total_tokens() == 20 * 31 + 400);
   }
+  // What a checkpoint records (DataIdentity): each entry's normalised weight and size, documents for the indexed
+  // one only; one dataset records its tokens and no entries.
+  const DataIdentity id = open_samples(spec_of({{3, d.file("web")}, {1, d.file("code.bin")}}))->identity();
+  CHECK(id.tokens == 20 * 31 + 400);
+  REQUIRE(id.blend.size() == 2);
+  CHECK((id.blend[0].weight == 0.75 && id.blend[0].tokens == 20 * 31 && id.blend[0].documents == 20));
+  CHECK((id.blend[1].weight == 0.25 && id.blend[1].tokens == 400 && id.blend[1].documents == -1));
+  const DataIdentity one = open_samples(spec_of({{1.0, d.file("web")}}))->identity();
+  CHECK((one.tokens == 20 * 31 && one.blend.empty()));
   // Another weight, another sequence.
   const auto a = open_samples(spec_of({{0.75, d.file("web")}, {0.25, d.file("code.bin")}}));
   const auto b = open_samples(spec_of({{0.25, d.file("web")}, {0.75, d.file("code.bin")}}));

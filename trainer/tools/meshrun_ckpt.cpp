@@ -33,7 +33,8 @@ const char* kUsage =
     "                                                 a device is visible, else CPU); defaults N 64, T 1 (0: greedy), P 1, S 0;\n"
     "                                                 the prompt through TOK (a tokenizer.json, .model or model directory),\n"
     "                                                 else byte-level; --ids also prints the new token ids\n"
-    "  PATH: a checkpoint (DIR/step-N) or a checkpoint.dir (its `latest` is used).\n"
+    "  PATH: a checkpoint (DIR/step-N) or a checkpoint.dir (its `latest` is used); sample also takes a Hugging Face\n"
+    "  model directory (meshrun-ckpt export's OUTDIR), its tokenizer.json or tokenizer.model used unless --tokenizer.\n"
     "  --verify reads every shard piece and checks sizes, headers and hashes.\n";
 
 std::string resolve(const std::string& path) {
@@ -193,9 +194,14 @@ int sample_command(int argc, char** argv) {
                                "[--temperature T] [--top-p P] [--seed S] [--ids]");
   }
   if (!have_prompt) throw CheckpointError("sample needs --prompt TEXT");
-  const std::string path = resolve(argv[2]);
-  const meshrun::ModelSpec model = checkpoint_model(path);
-  if (tokenizer.empty()) {  // the run's own (data.tokenizer), which its token ids mean
+  // A Hugging Face model directory (meshrun-ckpt export's, or any checkpoint.load = DIR accepts): the model its
+  // config.json describes, loaded as checkpoint.load loads it, with the directory's tokenizer files by default.
+  const bool hf_dir = is_hf_model_dir(argv[2]);
+  const std::string path = hf_dir ? std::string(argv[2]) : resolve(argv[2]);
+  const meshrun::ModelSpec model = hf_dir ? hf_dir_model(path) : checkpoint_model(path);
+  if (tokenizer.empty() && hf_dir) {
+    if (dir_has_tokenizer(path)) tokenizer = path;
+  } else if (tokenizer.empty()) {  // the run's own (data.tokenizer), which its token ids mean
     tokenizer = checkpoint_tokenizer(path);
     if (!tokenizer.empty() && !std::filesystem::exists(tokenizer))
       throw CheckpointError("the run was trained with data.tokenizer " + shown(tokenizer) + ", which is not there; give --tokenizer");
@@ -221,8 +227,10 @@ int sample_command(int argc, char** argv) {
     backend = dev::make_cuda_backend(dev::Precision::cuda("fp32", "fp32", "fp32"), dev::task_cuda_device(visible));
   else
     backend = dev::make_cpu_backend("fp32");
-  const bool f64 = read_checkpoint_info(path).dtype == "F64";
-  const TensorSource weights = [&](const std::string& name, const std::vector<std::int64_t>&) {
+  const std::unique_ptr<HfModelDir> dir = hf_dir ? std::make_unique<HfModelDir>(path, model) : nullptr;
+  const bool f64 = !dir && read_checkpoint_info(path).dtype == "F64";
+  const TensorSource weights = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    if (dir) return dir->read<float>(name, shape);
     if (!f64) return read_global_tensor<float>(path, name, "param");
     const std::vector<double> v = read_global_tensor<double>(path, name, "param");
     return std::vector<float>(v.begin(), v.end());

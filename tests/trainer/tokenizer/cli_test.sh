@@ -75,6 +75,27 @@ expect 2 "--format xml is unknown" "unknown format" -- "$TOKENIZE" "$DIR/x" "$DI
 expect 2 "need --tokenizer" "--json-key without a tokenizer" -- "$TOKENIZE" "$DIR/x" "$DIR/h.txt" --json-key text
 expect 2 "cannot read tokenizer file" "missing tokenizer" -- "$TOKENIZE" "$DIR/x" "$DIR/h.txt" --tokenizer "$DIR/none.json"
 expect 2 "not a tokenizer.json nor a SentencePiece model" "a file that is neither" -- "$TOKENIZE" "$DIR/x" "$DIR/h.txt" --tokenizer "$DIR/h.txt"
+# tokenizer_files, the one place that decides which files make up a tokenizer (load_tokenizer reads them,
+# meshrun-train's token cache key hashes them, meshrun-ckpt export copies them): a directory's tokenizer.json and
+# its tokenizer_config.json, not the tokenizer.model beside them; a directory's tokenizer.model alone; a file by
+# its content, not its name; a SentencePiece file without the tokenizer_config.json beside it.
+files_are() {
+  local what=$1 path=$2 want=$3 got
+  got=$("$CHECK" files "$path" 2>&1 | tr '\n' ' ')
+  [[ $got == "$want " ]] && pass "tokenizer_files: $what" || bad "tokenizer_files: $what: got '$got', wanted '$want'"
+}
+F=$DIR/files
+mkdir -p "$F/both" "$F/spm" "$F/empty"
+cp "$TJ" "$T/tokenizer_config.json" "$F/both/" && cp "$DIR/spm.model" "$F/both/tokenizer.model"
+cp "$DIR/spm.model" "$F/spm/tokenizer.model" && cp "$T/tokenizer_config.json" "$F/spm/"
+cp "$TJ" "$F/both/renamed.txt"
+files_are "a directory with all three" "$F/both" "tokenizer.json $F/both/tokenizer.json $F/both/tokenizer_config.json"
+files_are "a directory with tokenizer.model" "$F/spm" "sentencepiece $F/spm/tokenizer.model"
+files_are "a tokenizer.json under another name" "$F/both/renamed.txt" "tokenizer.json $F/both/renamed.txt $F/both/tokenizer_config.json"
+files_are "a .model file beside a tokenizer_config.json" "$F/spm/tokenizer.model" "sentencepiece $F/spm/tokenizer.model"
+files_are "the tests' tokenizer.json" "$TJ" "tokenizer.json $TJ $T/tokenizer_config.json"
+expect 2 "holds no tokenizer.json nor tokenizer.model" "tokenizer_files: a directory with neither" -- "$CHECK" files "$F/empty"
+
 # Variants of the tokenizer.json: mutate KEY=JSON... into $DIR/v/tokenizer.json (no tokenizer_config.json there).
 variant() {
   rm -rf "$DIR/v"; mkdir -p "$DIR/v"

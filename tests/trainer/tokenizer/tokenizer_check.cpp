@@ -4,6 +4,7 @@
 //   encode TOKENIZER TEXT OUT.u32 [plain]     encode TEXT (add_special unless "plain") to little-endian uint32
 //   bench TOKENIZER TEXT [REPEATS]            load CPU seconds, encode MB per CPU second (first run, best run)
 //   idx PREFIX                                "documents D tokens T" and each document's ids, one line each
+//   files TOKENIZER                           tokenizer_files: "tokenizer.json" or "sentencepiece", then each file
 #include <algorithm>
 #include <ctime>
 #include <cstdio>
@@ -126,6 +127,12 @@ int main(int argc, char** argv) {
       std::printf("load cpu s: %.2f\nids: %zu\nencode MB/s: %.2f\nencode MB/s, warm cache: %.2f\n", load, n, mb / first, mb / best);
       return 0;
     }
+    if (a.size() == 2 && a[0] == "files") {
+      const meshrun::train::TokenizerFiles files = meshrun::train::tokenizer_files(a[1]);
+      std::printf("%s\n", files.hf_json ? "tokenizer.json" : "sentencepiece");
+      for (const std::string& f : files.paths()) std::printf("%s\n", f.c_str());
+      return 0;
+    }
     if (a.size() == 2 && a[0] == "idx") {
       const meshrun::train::IndexedDataset ds(a[1]);
       std::printf("documents %lld tokens %lld dtype %d\n", static_cast<long long>(ds.documents()),
@@ -142,6 +149,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tokenizer_check: %s\n", e.what());
     return 2;
   }
-  std::fputs("usage: tokenizer_check compare|roundtrip|encode|bench|idx ... (see the source's header)\n", stderr);
+  std::fputs("usage: tokenizer_check compare|roundtrip|encode|bench|idx|files ... (see the source's header)\n", stderr);
   return 2;
 }

@@ -162,18 +162,13 @@ std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, co
   if (static_cast<std::int64_t>(tok->vocab_size()) > vocab)
     throw CheckpointError("--tokenizer " + tokenizer + " has " + std::to_string(tok->vocab_size()) + " tokens but the model's vocabulary is " +
                           std::to_string(vocab) + "; give the tokenizer the run was trained with");
-  // Which files: those load_tokenizer read (a directory's tokenizer.json, else its tokenizer.model).
-  const fs::path given(tokenizer);
-  std::vector<std::pair<fs::path, std::string>> copy;
-  const fs::path dir = fs::is_directory(given) ? given : given.parent_path();
-  const bool json_form = fs::is_directory(given) ? fs::exists(dir / "tokenizer.json") : given.extension() == ".json";
-  if (json_form) {
-    copy.push_back({fs::is_directory(given) ? dir / "tokenizer.json" : given, "tokenizer.json"});
-    for (const char* side : {"tokenizer_config.json", "special_tokens_map.json"})
-      if (fs::exists(dir / side)) copy.push_back({dir / side, side});
-  } else {
-    copy.push_back({fs::is_directory(given) ? dir / "tokenizer.model" : given, "tokenizer.model"});
-  }
+  // Which files: those load_tokenizer read, under Hugging Face's names, and for a tokenizer.json the
+  // special_tokens_map.json beside it (meshrun does not read it; transformers does).
+  const TokenizerFiles files = tokenizer_files(tokenizer);
+  std::vector<std::pair<fs::path, std::string>> copy{{files.tokenizer, files.hf_json ? "tokenizer.json" : "tokenizer.model"}};
+  if (!files.config.empty()) copy.push_back({files.config, "tokenizer_config.json"});
+  const fs::path special = fs::path(files.tokenizer).parent_path() / "special_tokens_map.json";
+  if (files.hf_json && fs::exists(special)) copy.push_back({special, "special_tokens_map.json"});
   std::vector<std::string> names;
   for (const auto& [from, name] : copy) {
     std::error_code ec;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -9,6 +10,7 @@
 
 #include "json_read.hpp"
 #include "meshrun/bounded_file.hpp"
+#include "meshrun/train/model/params.hpp"
 
 namespace meshrun::train {
 
@@ -103,31 +105,30 @@ bool is_hf_model_dir(const std::string& path) {
 
 namespace {
 
-// config.json against the template's model. Absent fields take the transformers class's default (the
-// value from_pretrained would use), then must equal the template's.
-void check_hf_config(const std::string& file, const json& c, const ModelSpec& m) {
+// config.json as meshrun's model. Absent fields take the transformers class's default (the value from_pretrained
+// would use); what meshrun-train does not implement is refused (SafetensorsError naming the file and the field).
+ModelSpec hf_config_model(const std::string& file, const json& c) {
   if (!c.is_object()) throw SafetensorsError(file + ": not a JSON object");
-  const bool moe = m.experts > 0;
   auto fail = [&](const std::string& what) { throw SafetensorsError(file + ": " + what); };
   const std::string type = c.contains("model_type") && c["model_type"].is_string() ? c["model_type"].get<std::string>() : "";
   if (type != "llama" && type != "mixtral")
     fail("model_type = " + (c.contains("model_type") ? json_snippet(c["model_type"]) : std::string("(missing)")) +
          ": meshrun-train loads \"llama\" (LlamaForCausalLM) or \"mixtral\" (MixtralForCausalLM) directories");
-  if ((type == "mixtral") != moe)
-    fail("model_type = \"" + type + "\" but the template's model is " + (moe ? "a mixture of experts" : "dense") +
-         " (model.experts = " + std::to_string(m.experts) + "); use a template of this model");
+  const bool moe = type == "mixtral";
   const std::string arch = moe ? "MixtralForCausalLM" : "LlamaForCausalLM";
   if (c.contains("architectures") && c["architectures"] != json::array({arch}))
     fail("architectures = " + json_snippet(c["architectures"]) + ", expected [\"" + arch + "\"]");
 
-  // An integer field; `fallback`: transformers' default when absent (none: required).
-  auto integer = [&](const char* key, std::optional<std::int64_t> fallback) -> std::int64_t {
+  // An integer field in [0, hi]; `fallback`: transformers' default when absent (none: required).
+  auto integer = [&](const char* key, std::optional<std::int64_t> fallback,
+                     std::int64_t hi = std::numeric_limits<int>::max()) -> std::int64_t {
     if (!c.contains(key) || c[key].is_null()) {
       if (!fallback) fail(std::string(key) + " is missing");
       return *fallback;
     }
-    const auto v = json_int(c[key]);
-    if (!v) fail(std::string(key) + " = " + json_snippet(c[key]) + " is not a non-negative integer");
+    const auto v = json_int(c[key], 0, hi);
+    if (!v) fail(std::string(key) + " = " + json_snippet(c[key]) + " is not a non-negative integer" +
+                 (hi < std::numeric_limits<std::int64_t>::max() ? " below 2^31" : ""));
     return *v;
   };
   auto number = [&](const char* key, double fallback) -> double {
@@ -135,50 +136,38 @@ void check_hf_config(const std::string& file, const json& c, const ModelSpec& m)
     if (!c[key].is_number()) fail(std::string(key) + " = " + json_snippet(c[key]) + " is not a number");
     return c[key].get<double>();
   };
-  auto same = [&](const char* key, std::int64_t have, std::int64_t want, const std::string& setting) {
-    if (have != want)
-      fail(std::string(key) + " = " + std::to_string(have) + " but the template's " + setting + " = " + std::to_string(want) +
-           "; use a template of this model (or --set " + setting + "=" + std::to_string(have) + ")");
-  };
-  auto same_real = [&](const char* key, double have, double want, const std::string& setting) {
-    if (have != want)
-      fail(std::string(key) + " = " + num(have) + " but the template's " + setting + " = " + num(want) +
-           "; use a template of this model (or --set " + setting + "=" + num(have) + ")");
-  };
   auto refuse_unless = [&](const char* key, const json& allowed, const std::string& why) {
     if (c.contains(key) && c[key] != allowed && !(allowed.is_null() && c[key].is_null()))
       fail(std::string(key) + " = " + json_snippet(c[key]) + ": " + why);
   };
 
-  const std::int64_t heads = integer("num_attention_heads", std::nullopt);
-  same("hidden_size", integer("hidden_size", std::nullopt), m.hidden, "model.hidden");
-  same("intermediate_size", integer("intermediate_size", std::nullopt), moe ? m.expert_ffn() : m.ffn_hidden,
-       moe ? "model.moe_ffn_hidden" : "model.ffn_hidden");
-  same("num_hidden_layers", integer("num_hidden_layers", std::nullopt), m.layers, "model.layers");
-  same("num_attention_heads", heads, m.heads, "model.heads");
-  same("num_key_value_heads", integer("num_key_value_heads", moe ? 8 : heads), m.kv_heads, "model.kv_heads");
-  same("vocab_size", integer("vocab_size", 32000), m.vocab, "model.vocab");
-  if (c.contains("head_dim") && !c["head_dim"].is_null() && integer("head_dim", std::nullopt) != m.head_dim())
+  ModelSpec s;
+  s.heads = static_cast<int>(integer("num_attention_heads", std::nullopt));
+  s.hidden = static_cast<int>(integer("hidden_size", std::nullopt));
+  s.ffn_hidden = static_cast<int>(integer("intermediate_size", std::nullopt));  // MoE: each expert's width
+  s.layers = static_cast<int>(integer("num_hidden_layers", std::nullopt));
+  s.kv_heads = static_cast<int>(integer("num_key_value_heads", moe ? 8 : s.heads));
+  s.vocab = integer("vocab_size", 32000, std::numeric_limits<std::int64_t>::max());
+  if (s.heads == 0) fail("num_attention_heads = 0; a model has at least one attention head");
+  if (c.contains("head_dim") && !c["head_dim"].is_null() && integer("head_dim", std::nullopt) != s.head_dim())
     fail("head_dim = " + json_snippet(c["head_dim"]) + " is not hidden_size / num_attention_heads = " +
-         std::to_string(m.head_dim()) + ": meshrun-train's heads are hidden/heads wide");
-  same_real("rms_norm_eps", number("rms_norm_eps", moe ? 1e-5 : 1e-6), m.norm_eps, "model.norm_eps");
+         std::to_string(s.head_dim()) + ": meshrun-train's heads are hidden/heads wide");
+  s.norm_eps = number("rms_norm_eps", moe ? 1e-5 : 1e-6);
+  s.rope_theta = number("rope_theta", moe ? 1e6 : 10000.0);
   if (c.contains("rope_parameters") && c["rope_parameters"].is_object()) {  // newer transformers nest rope_theta here
     const json& rp = c["rope_parameters"];
     if (rp.contains("rope_type") && rp["rope_type"] != "default")
       fail("rope_parameters.rope_type = " + json_snippet(rp["rope_type"]) +
            ": meshrun-train implements the default RoPE only (no scaling); export the model without it");
-    if (rp.contains("rope_theta") && rp["rope_theta"].is_number())
-      same_real("rope_parameters.rope_theta", rp["rope_theta"].get<double>(), m.rope_theta, "model.rope_theta");
-  } else {
-    same_real("rope_theta", number("rope_theta", moe ? 1e6 : 10000.0), m.rope_theta, "model.rope_theta");
+    if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) s.rope_theta = rp["rope_theta"].get<double>();
   }
   refuse_unless("rope_scaling", nullptr,
                 "meshrun-train implements plain RoPE (no scaling: Llama 3.1's llama3, linear, dynamic, yarn); "
                 "load a model without rope_scaling");
-  const bool tie = c.contains("tie_word_embeddings") ? c["tie_word_embeddings"] == true : false;
-  if (tie != m.tied_embeddings)
-    fail(std::string("tie_word_embeddings = ") + (tie ? "true" : "false") + ": meshrun-train keeps Llama's untied LM head " +
-         "(model.tied_embeddings = false); load a model with its own lm_head.weight");
+  s.tied_embeddings = c.contains("tie_word_embeddings") ? c["tie_word_embeddings"] == true : false;
+  if (s.tied_embeddings)  // not implemented in meshrun-train (docs/trainer.md, "Not done here")
+    fail("tie_word_embeddings = true: meshrun-train keeps Llama's untied LM head (model.tied_embeddings = false); load a "
+         "model with its own lm_head.weight");
   refuse_unless("hidden_act", "silu", "meshrun-train's MLP is SwiGLU (silu); load a model with hidden_act = \"silu\"");
   refuse_unless("attention_bias", false, "meshrun-train's projections have no bias; load a model without biases");
   refuse_unless("mlp_bias", false, "meshrun-train's projections have no bias; load a model without biases");
@@ -186,21 +175,64 @@ void check_hf_config(const std::string& file, const json& c, const ModelSpec& m)
   if (number("attention_dropout", 0.0) != 0.0)
     fail("attention_dropout = " + json_snippet(c["attention_dropout"]) + ": meshrun-train has no dropout; set it to 0");
   if (moe) {
-    same("num_local_experts", integer("num_local_experts", 8), m.experts, "model.experts");
-    same("num_experts_per_tok", integer("num_experts_per_tok", 2), m.top_k, "model.top_k");
-    same_real("router_aux_loss_coef", number("router_aux_loss_coef", 0.001), m.aux_loss_coef(), "model.router_aux_loss_coef");
+    s.experts = static_cast<int>(integer("num_local_experts", 8));
+    s.top_k = static_cast<int>(integer("num_experts_per_tok", 2));
+    s.router_aux_loss_coef = number("router_aux_loss_coef", 0.001);
     refuse_unless("sliding_window", nullptr, "meshrun-train attends to the whole causal window; load a model with "
                                              "sliding_window = null");
     if (number("router_jitter_noise", 0.0) != 0.0)
       fail("router_jitter_noise = " + json_snippet(c["router_jitter_noise"]) + ": meshrun-train's router has no jitter; set it to 0");
   }
+  return s;
+}
+
+// config.json against the template's model: hf_config_model, then field by field equal to the template's.
+void check_hf_config(const std::string& file, const json& c, const ModelSpec& m) {
+  const ModelSpec have = hf_config_model(file, c);
+  const bool moe = m.experts > 0;
+  auto fail = [&](const std::string& what) { throw SafetensorsError(file + ": " + what); };
+  const std::string type = c["model_type"].get<std::string>();  // "llama" or "mixtral" (hf_config_model checked)
+  if ((type == "mixtral") != moe)
+    fail("model_type = \"" + type + "\" but the template's model is " + (moe ? "a mixture of experts" : "dense") +
+         " (model.experts = " + std::to_string(m.experts) + "); use a template of this model");
+  auto same = [&](const char* key, std::int64_t value, std::int64_t want, const std::string& setting) {
+    if (value != want)
+      fail(std::string(key) + " = " + std::to_string(value) + " but the template's " + setting + " = " + std::to_string(want) +
+           "; use a template of this model (or --set " + setting + "=" + std::to_string(value) + ")");
+  };
+  auto same_real = [&](const char* key, double value, double want, const std::string& setting) {
+    if (value != want)
+      fail(std::string(key) + " = " + num(value) + " but the template's " + setting + " = " + num(want) +
+           "; use a template of this model (or --set " + setting + "=" + num(value) + ")");
+  };
+  same("hidden_size", have.hidden, m.hidden, "model.hidden");
+  same("intermediate_size", have.ffn_hidden, moe ? m.expert_ffn() : m.ffn_hidden, moe ? "model.moe_ffn_hidden" : "model.ffn_hidden");
+  same("num_hidden_layers", have.layers, m.layers, "model.layers");
+  same("num_attention_heads", have.heads, m.heads, "model.heads");
+  same("num_key_value_heads", have.kv_heads, m.kv_heads, "model.kv_heads");
+  same("vocab_size", have.vocab, m.vocab, "model.vocab");
+  same_real("rms_norm_eps", have.norm_eps, m.norm_eps, "model.norm_eps");
+  const bool nested_theta = c.contains("rope_parameters") && c["rope_parameters"].is_object() &&
+                            c["rope_parameters"].contains("rope_theta") && c["rope_parameters"]["rope_theta"].is_number();
+  same_real(nested_theta ? "rope_parameters.rope_theta" : "rope_theta", have.rope_theta, m.rope_theta, "model.rope_theta");
+  if (have.tied_embeddings != m.tied_embeddings)
+    fail(std::string("tie_word_embeddings = ") + (have.tied_embeddings ? "true" : "false") + ": meshrun-train keeps Llama's untied LM head " +
+         "(model.tied_embeddings = false); load a model with its own lm_head.weight");
+  if (moe) {
+    same("num_local_experts", have.experts, m.experts, "model.experts");
+    same("num_experts_per_tok", have.top_k, m.top_k, "model.top_k");
+    same_real("router_aux_loss_coef", have.router_aux_loss_coef, m.aux_loss_coef(), "model.router_aux_loss_coef");
+  }
 }
 
 }  // namespace
 
-HfModelDir::HfModelDir(const std::string& dir, const ModelSpec& m,
-                       const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& tensors)
-    : dir_(dir) {
+ModelSpec hf_dir_model(const std::string& dir) {
+  const std::string config = (fs::path(dir) / kHfConfigFile).string();
+  return hf_config_model(config, read_json(config, "Hugging Face config.json"));
+}
+
+HfModelDir::HfModelDir(const std::string& dir, const ModelSpec& m) : dir_(dir) {
   const std::string config = (fs::path(dir) / kHfConfigFile).string();
   check_hf_config(config, read_json(config, "Hugging Face config.json"), m);
   const std::string index = (fs::path(dir) / kHfIndexFile).string();
@@ -223,13 +255,15 @@ HfModelDir::HfModelDir(const std::string& dir, const ModelSpec& m,
     files_[kHfWeightsFile] = std::make_unique<SafetensorsFile>(single);
     for (const std::string& name : files_[kHfWeightsFile]->names()) file_of_[name] = kHfWeightsFile;
   }
+  // The model's tensors by name (global shapes; the same for every tensor-parallel split).
   std::set<std::string> wanted;
-  for (const auto& [name, shape] : tensors) {
-    wanted.insert(name);
-    if (!file_of_.count(name))
-      throw SafetensorsError(dir + ": tensor " + name + " is missing (" + (fs::exists(index, ec) ? kHfIndexFile : kHfWeightsFile) +
-                             "); the directory does not hold this template's model");
-  }
+  for (const Unit& u : build_param_table(m, 1, 0).units)
+    for (const TensorSlot& t : u.tensors) {
+      wanted.insert(t.name);
+      if (!file_of_.count(t.name))
+        throw SafetensorsError(dir + ": tensor " + t.name + " is missing (" + (fs::exists(index, ec) ? kHfIndexFile : kHfWeightsFile) +
+                               "); the directory does not hold this template's model");
+    }
   for (const auto& [name, file] : file_of_)
     if (!wanted.count(name))
       throw SafetensorsError(dir + ": tensor " + name + " (" + file + ") is not part of this template's model; check [model]");

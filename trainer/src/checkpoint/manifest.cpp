@@ -52,8 +52,14 @@ json layout_json(const Layout& l, const JobConfig& cfg) {
 }
 
 // The settings a resumed run must share with the saved one, as (section, key, value).
-json must_match(const JobConfig& c, std::int64_t data_tokens) {
+json must_match(const JobConfig& c, const DataIdentity& data) {
   const ModelSpec& m = c.model;
+  json blend = json::array();  // empty for one dataset
+  for (const DataIdentity::Entry& e : data.blend) {
+    json entry{{"weight", e.weight}, {"tokens", e.tokens}};
+    if (e.documents >= 0) entry["documents"] = e.documents;
+    blend.push_back(std::move(entry));
+  }
   const TrainingSpec& t = c.training;
   return json{{"model",
                {{"layers", m.layers},
@@ -85,7 +91,8 @@ json must_match(const JobConfig& c, std::int64_t data_tokens) {
                 {"adam_eps", t.adam_eps},
                 {"grad_clip", t.grad_clip},
                 {"seed", t.seed}}},
-              {"data", {{"shuffle", c.data.shuffle}, {"token_dtype", c.data.token_dtype}, {"tokens", data_tokens}}}};
+              {"data",
+               {{"shuffle", c.data.shuffle}, {"token_dtype", c.data.token_dtype}, {"tokens", data.tokens}, {"blend", blend}}}};
 }
 
 namespace {
@@ -452,7 +459,32 @@ bool overlaps(const ManifestPiece& p, std::int64_t r0, std::int64_t c0, std::int
 namespace {
 // Model settings a manifest records since the Hugging Face export (which needs them); older manifests lack them.
 bool added_later(const std::string& section, const std::string& key) {
-  return section == "model" && (key == "top_k" || key == "moe_ffn_hidden" || key == "router_aux_loss_coef" || key == "router_aux");
+  return (section == "model" && (key == "top_k" || key == "moe_ffn_hidden" || key == "router_aux_loss_coef" || key == "router_aux")) ||
+         (section == "data" && key == "blend");
+}
+
+// The first difference between a saved data.blend record and this run's (must_match), in words.
+std::string blend_difference(const json& saved, const json& now) {
+  auto entries = [](const json& b) {
+    return b.empty() ? std::string("one dataset (data.path)") : std::to_string(b.size()) + " entries";
+  };
+  auto get = [](const json& entry, const char* key) { return entry.is_object() && entry.contains(key) ? entry.at(key) : json(); };
+  auto dataset = [&](const json& entry) {
+    const json documents = get(entry, "documents");
+    return json_snippet(get(entry, "tokens")) + " tokens, " +
+           (documents.is_null() ? std::string("a raw token file") : json_snippet(documents) + " documents");
+  };
+  if (!saved.is_array() || saved.size() != now.size())
+    return (saved.is_array() ? entries(saved) : json_snippet(saved)) + " in the checkpoint but " + entries(now) + " in this run";
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    const std::string entry = "entry " + std::to_string(i);
+    if (get(saved[i], "weight") != get(now[i], "weight"))
+      return entry + "'s normalised weight = " + json_snippet(get(saved[i], "weight")) + " in the checkpoint but " +
+             get(now[i], "weight").dump() + " in this run";
+    if (saved[i] != now[i])
+      return entry + "'s dataset = " + dataset(saved[i]) + " in the checkpoint but " + dataset(now[i]) + " in this run";
+  }
+  return "the entries differ";  // not reached: the arrays differ somewhere
 }
 }  // namespace
 
@@ -481,8 +513,8 @@ ModelSpec manifest_model(const Manifest& m, int* seq_len) {
   return s;
 }
 
-void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_tokens) {
-  const json want = must_match(cfg, data_tokens);
+void check_settings(const Manifest& m, const JobConfig& cfg, const DataIdentity& data) {
+  const json want = must_match(cfg, data);
   for (const auto& [section, keys] : want.items()) {
     const json& have = field<json>(m.root, section, "", m.file);
     for (const auto& [key, v] : keys.items()) {
@@ -491,6 +523,9 @@ void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_t
       if (!horizon && !have.contains(key) && added_later(section, key)) continue;  // a manifest written before the field
       const json saved = horizon ? json(saved_decay_horizon(have, m.file)) : field<json>(have, key, section + ".", m.file);
       if (saved != v) {
+        if (section == "data" && key == "blend")
+          throw CheckpointError(m.file + ": data.blend differs from the checkpoint's: " + blend_difference(saved, v) +
+                                "; resume with the saved data.blend or use another checkpoint.dir");
         if (horizon)  // the schedule cannot change mid-run: an extended run needs the saved horizon or a planned one
           throw CheckpointError(m.file + ": the learning-rate schedule's horizon (training.lr_decay_steps, or training.steps "
                                 "when unset) = " + saved.dump() + " in the checkpoint but " + v.dump() + " in this run; set "

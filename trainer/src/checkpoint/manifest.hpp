@@ -34,7 +34,7 @@ const char* dtype_name() {
 nlohmann::json layout_json(const Layout& l, const JobConfig& cfg);
 
 // The settings a resumed run must share with the saved one, as (section, key, value).
-nlohmann::json must_match(const JobConfig& c, std::int64_t data_tokens);
+nlohmann::json must_match(const JobConfig& c, const DataIdentity& data);
 
 // One piece as the manifest describes it.
 struct ManifestPiece {
@@ -80,7 +80,7 @@ std::string manifest_digest(nlohmann::json root);
 ModelSpec manifest_model(const Manifest& m, int* seq_len = nullptr);
 
 // The run's settings against the manifest's (CheckpointError naming the first that differs).
-void check_settings(const Manifest& m, const JobConfig& cfg, std::int64_t data_tokens);
+void check_settings(const Manifest& m, const JobConfig& cfg, const DataIdentity& data);
 
 struct ShardEntry {
   std::string dtype;

@@ -66,10 +66,10 @@ std::string latest_checkpoint(const std::string& dir) {
 }
 
 template <class T>
-int load_checkpoint(Trainer<T>& tr, const std::string& path, std::int64_t data_tokens) {
+int load_checkpoint(Trainer<T>& tr, const std::string& path, const DataIdentity& data) {
   const Manifest m = read_manifest(path);
   const JobConfig& cfg = tr.config();
-  check_settings(m, cfg, data_tokens);
+  check_settings(m, cfg, data);
   if (m.dtype != dtype_name<T>())
     throw CheckpointError(m.file + ": the checkpoint holds " + m.dtype + " values but this run computes in " + dtype_name<T>());
   const ParamTable& table = tr.table();
@@ -162,7 +162,7 @@ int load_checkpoint(Trainer<T>& tr, const std::string& path, std::int64_t data_t
   return m.step;
 }
 
-template int load_checkpoint<float>(Trainer<float>&, const std::string&, std::int64_t);
-template int load_checkpoint<double>(Trainer<double>&, const std::string&, std::int64_t);
+template int load_checkpoint<float>(Trainer<float>&, const std::string&, const DataIdentity&);
+template int load_checkpoint<double>(Trainer<double>&, const std::string&, const DataIdentity&);
 
 }  // namespace meshrun::train

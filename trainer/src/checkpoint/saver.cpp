@@ -125,12 +125,12 @@ std::vector<std::string> gather_strings(Comm& world, const std::string& mine) {
 
 template <class T>
 struct CheckpointSaver<T>::State {
-  State(Trainer<T>& t, std::string d, int k, std::int64_t tokens, bool bg)
-      : tr(t), dir(std::move(d)), keep(k), data_tokens(tokens), background(bg) {}
+  State(Trainer<T>& t, std::string d, int k, DataIdentity id, bool bg)
+      : tr(t), dir(std::move(d)), keep(k), data(std::move(id)), background(bg) {}
   Trainer<T>& tr;
   std::string dir;
   int keep;
-  std::int64_t data_tokens;
+  DataIdentity data;
   bool background;
 
   // The staging buffer: the shard's file image (this rank's state as the host type), aligned for O_DIRECT,
@@ -319,8 +319,8 @@ void CheckpointSaver<T>::State::write_shard() {
 }
 
 template <class T>
-CheckpointSaver<T>::CheckpointSaver(Trainer<T>& trainer, std::string dir, int keep, std::int64_t data_tokens, bool background)
-    : s_(std::make_unique<State>(trainer, std::move(dir), keep, data_tokens, background)) {}
+CheckpointSaver<T>::CheckpointSaver(Trainer<T>& trainer, std::string dir, int keep, const DataIdentity& data, bool background)
+    : s_(std::make_unique<State>(trainer, std::move(dir), keep, data, background)) {}
 
 template <class T>
 CheckpointSaver<T>::~CheckpointSaver() {
@@ -440,7 +440,7 @@ SaveResult CheckpointSaver<T>::finish() {
       }
     if (err.empty()) try {
       const JobConfig& cfg = tr.config();
-      json m = must_match(cfg, s.data_tokens);
+      json m = must_match(cfg, s.data);
       m["format"] = "meshrun-checkpoint";
       m["version"] = kCheckpointFormatVersion;
       m["step"] = step;
@@ -549,15 +549,15 @@ SaveResult CheckpointSaver<T>::finish() {
 }
 
 template <class T>
-SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int keep, std::int64_t data_tokens) {
-  CheckpointSaver<T> saver(tr, dir, keep, data_tokens, false);
+SaveResult save_checkpoint(Trainer<T>& tr, const std::string& dir, int step, int keep, const DataIdentity& data) {
+  CheckpointSaver<T> saver(tr, dir, keep, data, false);
   saver.start(step);
   return saver.finish();
 }
 
 template class CheckpointSaver<float>;
 template class CheckpointSaver<double>;
-template SaveResult save_checkpoint<float>(Trainer<float>&, const std::string&, int, int, std::int64_t);
-template SaveResult save_checkpoint<double>(Trainer<double>&, const std::string&, int, int, std::int64_t);
+template SaveResult save_checkpoint<float>(Trainer<float>&, const std::string&, int, int, const DataIdentity&);
+template SaveResult save_checkpoint<double>(Trainer<double>&, const std::string&, int, int, const DataIdentity&);
 
 }  // namespace meshrun::train

@@ -33,6 +33,10 @@ class OneDataset final : public SampleSource {
     schedule_.tokens(index, positions, count, ids, targets);
   }
   std::int64_t total_tokens() const override { return stream_->tokens(); }
+  std::int64_t documents() const {  // -1 for a raw token file
+    const auto* indexed = dynamic_cast<const IndexedTokens*>(stream_.get());
+    return indexed ? indexed->dataset().documents() : -1;
+  }
 
  private:
   std::unique_ptr<TokenStream> stream_;
@@ -41,7 +45,7 @@ class OneDataset final : public SampleSource {
 
 class Blend final : public SampleSource {
  public:
-  Blend(std::vector<std::unique_ptr<SampleSource>> parts, std::vector<double> weights)
+  Blend(std::vector<std::unique_ptr<OneDataset>> parts, std::vector<double> weights)
       : parts_(std::move(parts)), index_(std::move(weights)) {}
   void tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
               std::int32_t* targets) const override {
@@ -53,9 +57,15 @@ class Blend final : public SampleSource {
     for (const auto& p : parts_) n += p->total_tokens();
     return n;
   }
+  DataIdentity identity() const override {
+    DataIdentity id{total_tokens(), {}};
+    for (std::size_t d = 0; d < parts_.size(); ++d)
+      id.blend.push_back({index_.weights()[d], parts_[d]->total_tokens(), parts_[d]->documents()});
+    return id;
+  }
 
  private:
-  std::vector<std::unique_ptr<SampleSource>> parts_;
+  std::vector<std::unique_ptr<OneDataset>> parts_;
   BlendIndex index_;
 };
 
@@ -141,7 +151,7 @@ std::unique_ptr<SampleSource> open_samples(const SampleSpec& s) {
   if (s.datasets.size() == 1)
     return std::make_unique<OneDataset>(open_stream(s.datasets[0].path, s, s.global_batch), s, s.seed);
   // A blend: each dataset needs one sample; dataset d > 0 is shuffled with its own key (d = 0 keeps the seed).
-  std::vector<std::unique_ptr<SampleSource>> parts;
+  std::vector<std::unique_ptr<OneDataset>> parts;
   std::vector<double> weights;
   for (std::size_t d = 0; d < s.datasets.size(); ++d) {
     const std::uint64_t seed = d == 0 ? s.seed : mix64(s.seed ^ mix64(0x424c454e44ULL + d));

@@ -127,13 +127,10 @@ std::string token_file_path(const JobConfig& cfg, int rank) {
       };
       if (!cfg.data.tokenizer.empty()) {  // another tokenizer (or a changed one) gets another file
         key = "tokenizer 1|" + cfg.data.token_dtype;
-        const fs::path t(cfg.data.tokenizer);
-        if (fs::is_directory(t)) {
-          for (const char* f : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"})
-            if (fs::exists(t / f)) add_file((t / f).string());
-        } else {
-          add_file(t.string());
-          if (fs::exists(t.parent_path() / "tokenizer_config.json")) add_file((t.parent_path() / "tokenizer_config.json").string());
+        try {
+          for (const std::string& f : tokenizer_files(cfg.data.tokenizer).paths()) add_file(f);
+        } catch (const TokenizerError& e) {
+          throw DataError("data.tokenizer: " + e.msg);
         }
       }
       for (const std::string& f : text_files(inputs)) add_file(f);
@@ -277,13 +274,13 @@ std::string checkpoint_to_resume(const CheckpointSpec& ck, int rank, int world) 
 
 // Loads checkpoint `path` on every rank; returns its step.
 template <class T>
-int resume(Trainer<T>& trainer, const std::string& path, const CheckpointSpec& ck, std::int64_t data_tokens, int rank,
+int resume(Trainer<T>& trainer, const std::string& path, const CheckpointSpec& ck, const DataIdentity& data, int rank,
            int world) {
   int start = 0;
   std::string err;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    start = load_checkpoint(trainer, path, data_tokens);
+    start = load_checkpoint(trainer, path, data);
   } catch (const CheckpointError& e) {
     err = e.what();
   }
@@ -356,10 +353,10 @@ template <class T>
 struct RunCheckpoints {
   Trainer<T>& trainer;
   const CheckpointSpec& ck;
-  std::int64_t data_tokens;
+  DataIdentity data;
   int rank;
   SaveHistory history;
-  CheckpointSaver<T> saver{trainer, ck.dir, ck.keep, data_tokens, ck.async};
+  CheckpointSaver<T> saver{trainer, ck.dir, ck.keep, data, ck.async};
   int failures = 0;  // consecutive failed saves
 
   // Commits the save in flight (collective); the log line is printed only after the commit (latest renamed).
@@ -484,7 +481,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   const std::string resume_from = checkpoint_to_resume(ck, rank, world);
   int start = 0;
   if (!resume_from.empty())
-    start = resume(trainer, resume_from, ck, samples->total_tokens(), rank, world);
+    start = resume(trainer, resume_from, ck, samples->identity(), rank, world);
   else
     start_fresh(trainer, cfg, rank);
   if (!ck.dir.empty() && rank == 0) std::remove(status_file_path(ck.dir).c_str());  // it speaks of this run only
@@ -514,7 +511,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     }
   }
 
-  RunCheckpoints<T> checkpoints{trainer, ck, samples->total_tokens(), rank, SaveHistory{start > 0 ? start : -1}};
+  RunCheckpoints<T> checkpoints{trainer, ck, samples->identity(), rank, SaveHistory{start > 0 ? start : -1}};
   if (!ck.dir.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t bytes = checkpoints.saver.reserve();

@@ -287,10 +287,7 @@ void Trainer<T>::load(const std::string& path) {
   std::unique_ptr<HfModelDir> dir;
   std::unique_ptr<SafetensorsFile> file;
   if (is_hf_model_dir(path)) {
-    std::vector<std::pair<std::string, std::vector<std::int64_t>>> tensors;
-    for (const Unit& u : table_.units)
-      for (const TensorSlot& t : u.tensors) tensors.emplace_back(t.name, t.shape());
-    dir = std::make_unique<HfModelDir>(path, cfg_.model, tensors);
+    dir = std::make_unique<HfModelDir>(path, cfg_.model);
   } else {
     file = std::make_unique<SafetensorsFile>(path);
   }

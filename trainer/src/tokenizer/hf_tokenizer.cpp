@@ -785,12 +785,11 @@ json read_json(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path, const std::string& config_path) {
   const json tj = read_json(path);
   if (!tj.is_object() || !tj.contains("model")) refuse(path, "no \"model\" object; give a Hugging Face tokenizer.json");
-  const auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   std::optional<json> config;
-  if (std::filesystem::exists(config_path)) config = read_json(config_path.string());
+  if (!config_path.empty()) config = read_json(config_path);
   try {
     return std::make_unique<HfTokenizer>(tj, config ? &*config : nullptr, path);
   } catch (const json::exception& e) {

@@ -53,21 +53,36 @@ std::string utf8_sanitize(std::string_view s) {
   return out;
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& given) {
-  // A model directory (Hugging Face's layout): its tokenizer.json, else its tokenizer.model.
-  std::string path = given;
-  if (std::filesystem::is_directory(given)) {
-    const auto dir = std::filesystem::path(given);
-    if (std::filesystem::exists(dir / "tokenizer.json")) path = (dir / "tokenizer.json").string();
-    else if (std::filesystem::exists(dir / "tokenizer.model")) path = (dir / "tokenizer.model").string();
-    else throw TokenizerError("directory " + given + " holds no tokenizer.json nor tokenizer.model; give the tokenizer file");
-  }
-  std::ifstream is(path, std::ios::binary);
-  if (!is) throw TokenizerError("cannot read tokenizer file " + path + "; give a tokenizer.json or a SentencePiece .model");
+namespace {
+// A model directory's (Hugging Face's layout) tokenizer file: the first of these that exists.
+std::string dir_tokenizer(const std::string& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (const auto f = std::filesystem::path(dir) / name; std::filesystem::exists(f)) return f.string();
+  return "";
+}
+}  // namespace
+
+bool dir_has_tokenizer(const std::string& dir) { return !dir_tokenizer(dir).empty(); }
+
+TokenizerFiles tokenizer_files(const std::string& given) {
+  namespace fs = std::filesystem;
+  TokenizerFiles files;
+  files.tokenizer = fs::is_directory(given) ? dir_tokenizer(given) : given;
+  if (files.tokenizer.empty())
+    throw TokenizerError("directory " + given + " holds no tokenizer.json nor tokenizer.model; give the tokenizer file");
+  std::ifstream is(files.tokenizer, std::ios::binary);
+  if (!is) throw TokenizerError("cannot read tokenizer file " + files.tokenizer + "; give a tokenizer.json or a SentencePiece .model");
   char first = 0;
   is >> first;  // skips whitespace: a JSON file starts with '{'
-  if (first == '{') return load_hf_tokenizer(path);
-  return load_sentencepiece(path);
+  files.hf_json = first == '{';
+  const fs::path config = fs::path(files.tokenizer).parent_path() / "tokenizer_config.json";
+  if (files.hf_json && fs::exists(config)) files.config = config.string();
+  return files;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  const TokenizerFiles files = tokenizer_files(path);
+  return files.hf_json ? load_hf_tokenizer(files.tokenizer, files.config) : load_sentencepiece(files.tokenizer);
 }
 
 }  // namespace meshrun::train

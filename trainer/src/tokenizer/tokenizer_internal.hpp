@@ -25,7 +25,8 @@ void check_utf8(std::string_view s);
 // s with every invalid UTF-8 sequence replaced by U+FFFD (what a decoder gives for a cut multi-byte character).
 std::string utf8_sanitize(std::string_view s);
 
-std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path);
+// config_path: the tokenizer_config.json tokenizer_files found ("": none).
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path, const std::string& config_path);
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& path);
 
 }  // namespace meshrun::train

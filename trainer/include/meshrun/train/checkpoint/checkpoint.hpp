@@ -79,7 +79,7 @@ std::vector<std::string> crash_point_names();
 template <class T>
 class CheckpointSaver {
  public:
-  CheckpointSaver(Trainer<T>& trainer, std::string dir, int keep, std::int64_t data_tokens, bool background);
+  CheckpointSaver(Trainer<T>& trainer, std::string dir, int keep, const DataIdentity& data, bool background);
   ~CheckpointSaver();
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
@@ -100,10 +100,10 @@ class CheckpointSaver {
 
 // Collective over the trainer's world: writes DIR/step-N as described above and keeps the newest `keep`
 // complete checkpoints. If any rank fails to write, nothing is committed and every rank throws a
-// CheckpointError (the failing rank's message, or that another rank failed). data_tokens: the token
-// file's length, recorded so that a resume on other data is refused (< 0: not recorded).
+// CheckpointError (the failing rank's message, or that another rank failed). data: the training data's
+// identity (SampleSource::identity), recorded so that a resume on other data is refused.
 template <class T>
-SaveResult save_checkpoint(Trainer<T>& trainer, const std::string& dir, int step, int keep, std::int64_t data_tokens);
+SaveResult save_checkpoint(Trainer<T>& trainer, const std::string& dir, int step, int keep, const DataIdentity& data);
 
 // The committed checkpoint DIR/latest names ("" when DIR has no `latest`). A `latest` that names a missing
 // or incomplete directory is a CheckpointError.
@@ -116,9 +116,10 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 // checking the manifest against the trainer's configuration (model, training schedule and optimizer,
 // dtype, data) and every shard piece it reads (file size, header, dtype, shape, hash). Returns the saved
 // step (the number of completed steps). No communication; throws CheckpointError on this rank only.
-// data_tokens: the token file's length, checked against the manifest's (< 0: not checked).
+// data: the training data's identity, checked against the manifest's (a checkpoint written before meshrun
+// recorded a blend's entries is checked on the token count alone).
 template <class T>
-int load_checkpoint(Trainer<T>& trainer, const std::string& path, std::int64_t data_tokens);
+int load_checkpoint(Trainer<T>& trainer, const std::string& path, const DataIdentity& data);
 
 // One writer per checkpoint directory (docs/trainer.md, "One writer"): takes an exclusive flock on DIR/lock
 // for the rest of the process's life and records job, node, host and pid in it. Returns "" when held, else

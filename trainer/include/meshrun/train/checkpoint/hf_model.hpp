@@ -32,13 +32,19 @@ std::string hf_generation_config_text();
 // transformers' convert_file_size_to_int reads them. Throws SafetensorsError (one line) on anything else.
 std::uint64_t parse_shard_size(const std::string& text);
 
-// A Hugging Face model directory opened for loading into model `m` (the template's [model]): its config.json
-// agrees with m field by field and asks for nothing the trainer does not implement (rope_scaling, biases,
-// another activation, tied embeddings, sliding windows, router jitter), and its weight files hold exactly
-// m's tensors. Every refusal is one SafetensorsError line naming the file and the field or tensor.
+// The model a Hugging Face model directory's config.json describes (absent fields: the transformers class's
+// defaults), what meshrun-ckpt sample builds from the directory. SafetensorsError (one line naming the file and
+// the field) for a field meshrun-train does not implement (rope_scaling, biases, another activation, sliding
+// windows, router jitter) or one that is malformed.
+ModelSpec hf_dir_model(const std::string& dir);
+
+// A Hugging Face model directory opened for loading into model `m` (the template's [model], or hf_dir_model's):
+// its config.json is read as hf_dir_model reads it and agrees with m field by field (tied embeddings refused),
+// and its weight files hold exactly m's tensors. Every refusal is one SafetensorsError line naming the file and
+// the field or tensor.
 class HfModelDir {
  public:
-  HfModelDir(const std::string& dir, const ModelSpec& m, const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& tensors);
+  HfModelDir(const std::string& dir, const ModelSpec& m);
   // Tensor `name` in its global shape (checked), converted to T.
   template <class T>
   std::vector<T> read(const std::string& name, const std::vector<std::int64_t>& shape) const;

@@ -29,6 +29,19 @@ class TokenStream {
   virtual std::int32_t at(std::int64_t i) const = 0;  // token i (unchecked index)
 };
 
+// What a checkpoint records of the training data, so that a resume on other data is refused: the tokens of every
+// dataset read together and, for a blend, each entry's normalised weight and its dataset's size (not its path,
+// so that a moved dataset still resumes).
+struct DataIdentity {
+  struct Entry {
+    double weight = 0;            // normalised: a blend's weights sum to 1
+    std::int64_t tokens = 0;
+    std::int64_t documents = -1;  // an indexed dataset's; -1: a raw token file, which has no documents
+  };
+  std::int64_t tokens = -1;  // < 0: not recorded, not checked
+  std::vector<Entry> blend;  // empty: one dataset
+};
+
 // What the trainer draws samples from: global sample `index` (= step·B + i for training) is a sequence of
 // S + 1 tokens. A pure function of the index and the seed, so every layout and every resume reads the same.
 class SampleSource {
@@ -38,7 +51,9 @@ class SampleSource {
   // context-parallel rank reads. ids[i] = token positions[i], targets[i] = the token after it.
   virtual void tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
                       std::int32_t* targets) const = 0;
-  virtual std::int64_t total_tokens() const = 0;  // of every dataset read (what a checkpoint records)
+  virtual std::int64_t total_tokens() const = 0;  // of every dataset read
+  // What a checkpoint records (a blend overrides it with its entries).
+  virtual DataIdentity identity() const { return {total_tokens(), {}}; }
 };
 
 class TokenFile : public TokenStream {

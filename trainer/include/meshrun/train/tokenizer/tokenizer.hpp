@@ -33,8 +33,23 @@ class Tokenizer {
   virtual std::size_t vocab_size() const = 0;  // largest id + 1, added tokens included
 };
 
-// path: a tokenizer.json (tokenizer_config.json is read from the same directory when present), a
-// SentencePiece .model file, or a model directory holding tokenizer.json (else tokenizer.model). Throws TokenizerError with one line naming the file and the problem.
+// The files a tokenizer is made of, decided here only (load_tokenizer reads them, meshrun-train's token cache key
+// hashes them, meshrun-ckpt export copies them). `path`: a model directory (its tokenizer.json, else its
+// tokenizer.model) or a tokenizer file itself; the format is the file's content (JSON starts with '{'), not its
+// name. A tokenizer.json comes with the tokenizer_config.json beside it when there is one.
+struct TokenizerFiles {
+  bool hf_json = false;  // a Hugging Face tokenizer.json, else a SentencePiece model
+  std::string tokenizer;  // the tokenizer.json or the .model
+  std::string config;     // tokenizer_config.json beside a tokenizer.json; "" when absent (or SentencePiece)
+  std::vector<std::string> paths() const { return config.empty() ? std::vector{tokenizer} : std::vector{tokenizer, config}; }
+};
+// Throws TokenizerError (one line naming the path and the fix) for a directory without either file or an
+// unreadable file.
+TokenizerFiles tokenizer_files(const std::string& path);
+// Whether directory `dir` holds a tokenizer tokenizer_files would take (its tokenizer.json or tokenizer.model).
+bool dir_has_tokenizer(const std::string& dir);
+
+// path as tokenizer_files takes it. Throws TokenizerError with one line naming the file and the problem.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 }  // namespace meshrun::train
