@@ -42,6 +42,7 @@ constexpr ConstantRef kConstants[] = {
     {"layer_overhead_s", &CostConstants::layer_overhead_s},
     {"attention_score_s", &CostConstants::attention_score_s},
     {"routing_assignment_s", &CostConstants::routing_assignment_s},
+    {"host_bytes_per_param", &CostConstants::host_bytes_per_param},
 };
 
 std::string where(const std::string& path, const toml::source_region& src) {
@@ -179,6 +180,7 @@ CostConstants cpu_constants() {
   c.layer_overhead_s = 1e-4;
   c.attention_score_s = 5e-9;
   c.routing_assignment_s = 2e-7;
+  c.host_bytes_per_param = 8;
   return c;
 }
 
@@ -367,7 +369,7 @@ std::vector<Param> fitted_params(bool cpu) {
             {"network_efficiency", 0.01, 4.0},       {"collective_base_latency_s", 1e-7, 0.05},
             {"hop_latency_pcie_s", 1e-8, 0.05},      {"shared_core_latency_s", 1e-6, 0.1},
             {"layer_overhead_s", 1e-7, 0.1},         {"attention_score_s", 1e-12, 1e-6},
-            {"routing_assignment_s", 1e-10, 1e-4}};
+            {"routing_assignment_s", 1e-10, 1e-4},  {"host_bytes_per_param", 0.01, 1000.0}};
   return {{"matmul_efficiency", 0.2, 1.0}, {"attention_efficiency", 0.1, 1.0}, {"network_efficiency", 0.2, 1.0},
           {"overlap_cost", 0.01, 1.0}};
 }
@@ -405,10 +407,9 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const Calibration
     const double parts[] = {r.matmul_ms, r.attention_ms, r.elementwise_ms, r.optimizer_ms};
     for (int k = 0; k < 4; ++k)
       if (parts[k] > 0) obs.push_back({i, k + 1, parts[k] / 1000});
-    // Communication, waits and the bubble, as measured: without them the constants of the links would be
-    // fitted to whatever the kernel constants leave over in the step. A one-rank run has none of them.
-    const LayoutSpec& p = r.cfg.parallel;
-    if (r.outside_kernels_ms > 0 && p.tp * p.cp * p.pp * p.dp > 1) obs.push_back({i, 5, r.outside_kernels_ms / 1000});
+    // Communication, waits, the bubble and host work, as measured: without them the constants of the links and
+    // the host would be fitted to whatever the kernel constants leave over in the step.
+    if (r.outside_kernels_ms > 0) obs.push_back({i, 5, r.outside_kernels_ms / 1000});
   }
   const std::vector<Param> params = fitted_params(cpu);
   Calibration cal = base;

@@ -61,7 +61,10 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   const double f_act = moe ? m_.top_k * moe_ffn : double(m_.ffn_hidden);
   const double act_fn = (m_.mlp == "gelu" ? 2.0 : 3.0) * f_act;
   const double whole_bytes = act_ * (4.0 * h + 6.0 * h + (moe ? 4.0 * m_.top_k * h : 0.0)) / sp_div;
-  const double sliced_bytes = act_ * (2.0 * (q_dim + kv_dim) + act_fn) / t;
+  // The CP ring merges each K/V block's partial attention output into the rank's accumulator (online
+  // softmax: read the accumulator and the block's output, write the accumulator), once per block.
+  const double ring_merges = s.layout.cp > 1 && cp_ring_ ? double(s.layout.cp) : 0.0;
+  const double sliced_bytes = act_ * (2.0 * (q_dim + kv_dim) + act_fn + ring_merges * 3.0 * q_dim) / t;
   const double elementwise_time =
       tokens * (whole_bytes + sliced_bytes) / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
   // Selective recomputation re-runs the two norms and the activation function in the backward pass.
@@ -127,7 +130,7 @@ void CostModel::add_bubble(const Setting& s, const PipelineCosts& pc, Cost* out)
   // in kernels, so they do not run them at once; the rest of the step is waiting).
   if (hw_.core_share > 1) {
     TimeParts& t = out->time;
-    t.shared_cores = std::max(0.0, hw_.core_share * (t.compute + t.recompute + t.optimizer) - t.step());
+    t.shared_cores = std::max(0.0, hw_.core_share * (t.compute + t.recompute + t.optimizer + t.host) - t.step());
   }
 }
 
@@ -242,6 +245,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
       dense_params / (zero ? n_dp : 1.0) + expert_params / (zero ? std::max(1.0, n_dp / s.layout.ep) : 1.0);
   const double state_bytes = local_params * (pb_ + gb_ + ob_ * (2.0 + (pb_ != ob_)));
   step.optimizer = 2 * state_bytes / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
+  step.host = (dense_params + expert_params) * k_.host_bytes_per_param / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
   out->time = step;
   return pc;
 }

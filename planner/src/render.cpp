@@ -92,6 +92,7 @@ void estimate_object(JsonWriter& j, const Estimate& e) {
   j.field("compute", t.compute).field("recompute", t.recompute).field("tp_comm", t.tp_comm);
   j.field("cp_comm", t.cp_comm).field("ep_comm", t.ep_comm).field("pp_bubble", t.pp_bubble);
   j.field("dp_comm", t.dp_comm).field("optimizer", t.optimizer);
+  if (t.host > 0) j.field("host", t.host);                          // CPU runs only
   if (t.shared_cores > 0) j.field("shared_cores", t.shared_cores);  // CPU ranks outnumbering the CPUs only
   j.end_object();
   // compute split by kernel group (what --calibrate compares with meshrun-train's kernel_ms), not added again
@@ -160,6 +161,7 @@ void print_estimate_table(std::ostream& os, const Estimate& e) {
   sec("pipeline bubble", t.pp_bubble);
   sec("dp communication", t.dp_comm);
   sec("optimizer step", t.optimizer);
+  if (t.host > 0) sec("host, outside kernels", t.host);
   if (t.shared_cores > 0) sec("ranks sharing CPUs", t.shared_cores);
   sec("step", e.step_time_s);
   os << "  throughput  " << fmt("%.0f", e.tokens_per_s_per_gpu) << " tokens/s per GPU, "

@@ -62,13 +62,12 @@ for name in tiny-tp2 tiny-dp2-zero1 mid-1; do
     pass "$name (recorded): after the fit within 10% of its measured median ($(echo "$line" | awk '{print $(NF-1), $NF}'))"
   else bad "$name (recorded): after the fit: ${after:-?}%"; fi
 done
-# Each run's parts after the fit; a one-rank run has no communication to compare ("-"), and a constant no
-# run depends on (the MoE routing cost, with no MoE run here) is named as not fitted.
+# Each run's parts after the fit (five columns: the four kernel groups and the time outside them), and a
+# constant no run depends on (the MoE routing cost, with no MoE run here) named as not fitted.
 grep -qE "^run: by part +matmul +attn +elemwise +optim +outside" "$DIR/out" &&
-  sed -n '/^run: by part/,$p' "$DIR/out" | grep "/mid-1.jsonl " | grep -qE -- " -$" &&
-  sed -n '/^run: by part/,$p' "$DIR/out" | grep "/tiny-tp2.jsonl " | grep -qE "[+-][0-9.]+%$" &&
-  pass "the parts after the fit, per run (outside the kernels only for runs of more than one rank)" ||
-  bad "no per-part table, or the one-rank run compared outside the kernels"
+  sed -n '/^run: by part/,$p' "$DIR/out" | grep "/mid-1.jsonl " | grep -qE "( +[+-][0-9.]+%){5}$" &&
+  sed -n '/^run: by part/,$p' "$DIR/out" | grep "/tiny-tp2.jsonl " | grep -qE "( +[+-][0-9.]+%){5}$" &&
+  pass "the parts after the fit, per run" || bad "no per-part table, or a part missing"
 grep -qE "^not fitted \(no run depends on them.*routing_assignment_s" "$DIR/out" &&
   ! grep -E "^not fitted" "$DIR/out" | grep -q "matmul_efficiency" &&
   pass "routing_assignment_s named as not fitted (no MoE run), matmul_efficiency not" ||

@@ -83,6 +83,7 @@ TEST_CASE("CPU runs need a calibration; with one they are costed from its figure
   // The parts and the host overhead per layer and micro-batch (4 layers × 4 micro-batches here) add up to compute.
   const ComputeParts& p = e.time.compute_parts;
   CHECK(p.matmul + p.attention + p.elementwise + 16 * 1e-4 == Approx(e.time.compute));
+  CHECK(e.time.host > 0);  // zeroing gradients and casting weights, per parameter, outside kernels
   // Twice the GEMM rate: the GEMM part halves.
   Calibration fast = cpu_figures();
   fast.gflops_per_cpu = 160;
@@ -211,7 +212,7 @@ TEST_CASE("the fit reproduces runs made under known constants, from a wrong star
                      {"network_efficiency", 0.3},          {"collective_base_latency_s", 60e-6},
                      {"hop_latency_pcie_s", 10e-6},        {"shared_core_latency_s", 2e-3},
                      {"layer_overhead_s", 3e-4},           {"attention_score_s", 2e-8},
-                     {"routing_assignment_s", 5e-7}};
+                     {"routing_assignment_s", 5e-7},       {"host_bytes_per_param", 20}};
   // A wider model with a longer sequence: its FLOPs per attention score differ from tiny's, which is what
   // tells the attention efficiency from the cost per score.
   JobConfig wide = tiny(1, 1, 1, 1, 0);
@@ -240,6 +241,7 @@ TEST_CASE("the fit reproduces runs made under known constants, from a wrong star
   CHECK(constant(fit.calibration, "memory_efficiency") == Approx(0.4).epsilon(0.02));
   CHECK(constant(fit.calibration, "attention_score_s") == Approx(2e-8).epsilon(0.02));
   CHECK(constant(fit.calibration, "routing_assignment_s") == Approx(5e-7).epsilon(0.05));
+  CHECK(constant(fit.calibration, "host_bytes_per_param") == Approx(20).epsilon(0.05));
   CHECK(fit.calibration.fitted_runs == int(runs.size()));
   CHECK(fit.calibration.device == "cpu");
   CHECK(fit.calibration.gflops_per_cpu == 80);  // the figures are kept

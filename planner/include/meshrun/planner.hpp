@@ -52,10 +52,11 @@ struct TimeParts {
   double pp_bubble = 0;  // pipeline idle of the busiest rank (simulated schedule, P2P hops included)
   double dp_comm = 0;    // the part of DP/ZeRO traffic that backward/forward compute does not hide
   double optimizer = 0;  // optimizer step (HBM-bound)
+  double host = 0;       // host passes over the parameters outside kernels (meshrun-train's CPU backend; 0 on GPUs)
   double shared_cores = 0;  // CPU ranks outnumbering the node's CPUs: the node's kernel work over its CPUs, beyond the rest
   ComputeParts compute_parts;  // compute by kernel group (not added again by step())
   double step() const {
-    return compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + dp_comm + optimizer + shared_cores;
+    return compute + recompute + tp_comm + cp_comm + ep_comm + pp_bubble + dp_comm + optimizer + host + shared_cores;
   }
 };
 
