@@ -18,13 +18,17 @@ std::string render_dry_run(const StepPlan& plan, int max_nodes) {
   for (const char* key : {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.dp", "parallel.ep", "parallel.order"})
     out += "  " + std::string(key) + " = " + value_text(plan.config.job, key) + "  (" +
            plan.config.origin_of(key).str() + ")\n";
+  // Outside an allocation Slurm has not chosen the nodes yet: number them, never show made-up host names.
+  const bool hosts_known = !plan.config.job.cluster.hostlist.empty();
+  if (!hosts_known)
+    out += "  hosts: not chosen yet (no allocation); node i is the i-th node Slurm allocates to the step\n";
   int nodes = plan.cluster.nodes;
   for (int n = 0; n < nodes; ++n) {
     if (n == max_nodes - 1 && nodes > max_nodes) {
       out += "  ... " + s(nodes - max_nodes) + " more nodes\n";
       n = nodes - 1;
     }
-    out += "  node " + s(n) + " (" + plan.cluster.hosts[n] + "):";
+    out += "  node " + s(n) + (hosts_known ? " (" + plan.cluster.hosts[n] + ")" : std::string()) + ":";
     for (int local = 0; local < plan.cluster.gpus_per_node; ++local) {
       int r = map.rank_at(n, local);
       Coord c = map.coords(r);

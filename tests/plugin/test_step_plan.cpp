@@ -139,7 +139,10 @@ TEST_CASE("dry run lists every node's ranks and the groups") {
   auto p = plan_step(opts(2, 2, 0), {}, step(2, 8));
   std::string text = render_dry_run(p);
   CHECK(text.find("8 ranks on 2 nodes") != std::string::npos);
-  CHECK(text.find("node 1 (") != std::string::npos);
+  // No allocation, so no host names: nodes are numbered, never given made-up names.
+  CHECK(text.find("  node 1: r4[") != std::string::npos);
+  CHECK(text.find("hosts: not chosen yet (no allocation)") != std::string::npos);
+  CHECK(text.find("(node000") == std::string::npos);
   CHECK(text.find("r7[gpu3 tp1 cp0 pp1 dp1") != std::string::npos);
   CHECK(text.find("group tp: 4 × size 2") != std::string::npos);
   CHECK(text.find("nothing launched") != std::string::npos);
@@ -163,21 +166,24 @@ TEST_CASE("the step's hostlist names the nodes only when it matches the node cou
   auto p = plan_step(opts(2, 1, 0), {}, s);
   REQUIRE(p.layout);
   CHECK(p.cluster.hosts == std::vector<std::string>{"n1", "n2"});
+  CHECK(render_dry_run(p).find("  node 1 (n2): r2[") != std::string::npos);
+  CHECK(render_dry_run(p).find("hosts: not chosen yet") == std::string::npos);
   s.hostlist = "n[1-4]";  // the job's nodes, not the step's
   p = plan_step(opts(2, 1, 0), {}, s);
   REQUIRE(p.layout);
   CHECK(p.cluster.hosts.size() == 2);
   CHECK(p.cluster.hosts[0] != "n1");
+  CHECK(render_dry_run(p).find("  node 0: r0[") != std::string::npos);
 }
 
 TEST_CASE("dry run of a big step shows the first and last nodes only") {
   auto p = plan_step(opts(8, 16, 0), {}, step(256, 2048));
   REQUIRE(p.layout);
   std::string text = render_dry_run(p, 4);
-  CHECK(text.find("node 2 (") != std::string::npos);
-  CHECK(text.find("node 3 (") == std::string::npos);
+  CHECK(text.find("node 2:") != std::string::npos);
+  CHECK(text.find("node 3:") == std::string::npos);
   CHECK(text.find("... 252 more nodes") != std::string::npos);
-  CHECK(text.find("node 255 (") != std::string::npos);
+  CHECK(text.find("node 255:") != std::string::npos);
   CHECK(text.find("r2047[") != std::string::npos);
 }
 

@@ -294,6 +294,9 @@ EOS
     echo "$out" | grep -q '8 ranks on 2 nodes' || fail "no rank map printed"
     echo "$out" | grep -q 'r7\[gpu3 tp1 cp0 pp1 dp1 ep0\]' || fail "rank 7's coordinates missing"
     echo "$out" | grep -q 'nothing launched' || fail "no 'nothing launched' line"
+    # Outside an allocation no node is chosen yet: numbered nodes, no made-up host names (f3355c0 showed node0000).
+    echo "$out" | grep -q '^  node 1: r4\[' || fail "outside an allocation the nodes must be numbered without host names"
+    echo "$out" | grep -q '(node0' && fail "the dry run shows made-up host names"
     sleep 1
     [ ! -e "$WORK/ran" ] || fail "the dry run launched the command"
     out=$(T sbatch -N 2 --ntasks-per-node=4 --mesh-tp=2 --mesh-dry-run --wrap "touch $WORK/ran" 2>&1)
@@ -472,6 +475,8 @@ EOS
     echo "$out" | grep -q '^late bad rc=[1-9]' || fail "the late refusal returned 0"
     [ "$(echo "$out" | grep -c 'does not divide the job')" = 2 ] || fail "each refusal must print its line once"
     [ "$(echo "$out" | grep -c 'nothing launched')" = 2 ] || fail "each dry run must print its map once"
+    # Inside the allocation the step's node is known: its real name (n1..n4), not a number alone.
+    echo "$out" | grep -q -E '^  node 0 \(n[1-4]\): r0\[' || fail "inside an allocation the dry run must name the step's node"
     echo "$out" | grep -q '^steps left: 0' || fail "steps left behind in the allocation"
     [ "$took" -lt 30 ] || fail "the allocation took ${took}s: a step waited"
     sleep 1
