@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "meshrun/comm/comm.hpp"
+#include "meshrun/device/backend.hpp"
 #include "meshrun/device/bf16.hpp"
 
 namespace meshrun::comm {
@@ -92,20 +94,25 @@ void LocalComm::all_to_all(Buf send, const std::int64_t* send_counts, Buf recv, 
 }
 
 namespace {
-struct Bracket {
-  const std::function<void()>& close;
-  Bracket(const std::function<void()>& open, const std::function<void()>& c) : close(c) { open(); }
-  ~Bracket() { close(); }
+struct HostAccessWindow {
+  explicit HostAccessWindow(device::Backend& b) : be(b) { be.begin_host_access(); }
+  ~HostAccessWindow() { be.end_host_access(); }
+  device::Backend& be;
 };
-struct BracketedPending final : Request::Pending {
+// A request whose buffers are pinned: waits and tests run in a host-access window, and the pins are
+// dropped once the operation has completed (not before: a peer may still be reading them).
+struct PinnedPending final : Request::Pending {
   Request inner;
-  std::function<void()> open, close;
+  device::Backend* be = nullptr;
+  std::vector<Buf> pinned;
   void wait() override {
-    const Bracket b(open, close);
+    const HostAccessWindow w(*be);
     inner.wait();
+    for (const Buf& b : pinned) be->unpin_host_access(b);
+    pinned.clear();
   }
   bool test() override {
-    const Bracket b(open, close);
+    const HostAccessWindow w(*be);
     return inner.test();
   }
 };
@@ -113,16 +120,22 @@ struct BracketedPending final : Request::Pending {
 
 template <class F>
 auto HostAccessComm::bracketed(F&& f) {
-  const Bracket b(open_, close_);
+  const HostAccessWindow w(backend_);
   return f();
 }
 
-Request HostAccessComm::wrap(Request r) {
+template <class F>
+Request HostAccessComm::started(F&& start, std::initializer_list<Buf> bufs) {
+  const HostAccessWindow w(backend_);
+  Request r = start();
   if (!r.pending()) return r;
-  auto p = std::make_unique<BracketedPending>();
+  auto p = std::make_unique<PinnedPending>();
+  p->be = &backend_;
+  for (const Buf& b : bufs) {
+    backend_.pin_host_access(b);
+    p->pinned.push_back(b);
+  }
   p->inner = std::move(r);
-  p->open = open_;
-  p->close = close_;
   return Request(std::move(p));
 }
 
@@ -131,11 +144,17 @@ void HostAccessComm::reduce_scatter(Buf s, Buf r, ReduceOp op) { bracketed([&] {
 void HostAccessComm::all_gather(Buf s, Buf r) { bracketed([&] { inner_.all_gather(s, r); }); }
 void HostAccessComm::broadcast(Buf b, int root) { bracketed([&] { inner_.broadcast(b, root); }); }
 Request HostAccessComm::ireduce_scatter(Buf s, Buf r, ReduceOp op) {
-  return wrap(bracketed([&] { return inner_.ireduce_scatter(s, r, op); }));
+  return started([&] { return inner_.ireduce_scatter(s, r, op); }, {s, r});
 }
-Request HostAccessComm::iall_gather(Buf s, Buf r) { return wrap(bracketed([&] { return inner_.iall_gather(s, r); })); }
-Request HostAccessComm::isend(Buf b, int peer, int tag) { return wrap(bracketed([&] { return inner_.isend(b, peer, tag); })); }
-Request HostAccessComm::irecv(Buf b, int peer, int tag) { return wrap(bracketed([&] { return inner_.irecv(b, peer, tag); })); }
+Request HostAccessComm::iall_gather(Buf s, Buf r) {
+  return started([&] { return inner_.iall_gather(s, r); }, {s, r});
+}
+Request HostAccessComm::isend(Buf b, int peer, int tag) {
+  return started([&] { return inner_.isend(b, peer, tag); }, {b});
+}
+Request HostAccessComm::irecv(Buf b, int peer, int tag) {
+  return started([&] { return inner_.irecv(b, peer, tag); }, {b});
+}
 void HostAccessComm::all_to_all(Buf s, const std::int64_t* sc, Buf r, const std::int64_t* rc) {
   bracketed([&] { inner_.all_to_all(s, sc, r, rc); });
 }

@@ -2,11 +2,11 @@
 
 namespace meshrun::comm {
 
-Groups bracket_groups(const Groups& g, const std::function<void()>& open, const std::function<void()>& close) {
+Groups bracket_groups(const Groups& g, device::Backend& backend) {
   Groups out;
   for (std::size_t k = 0; k < g.by_kind.size(); ++k)
-    if (g.by_kind[k]) out.by_kind[k] = std::make_unique<HostAccessComm>(*g.by_kind[k], open, close);
-  if (g.world) out.world = std::make_unique<HostAccessComm>(*g.world, open, close);
+    if (g.by_kind[k]) out.by_kind[k] = std::make_unique<HostAccessComm>(*g.by_kind[k], backend);
+  if (g.world) out.world = std::make_unique<HostAccessComm>(*g.world, backend);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // The strict CPU backend, a test instrument: the CPU backend's kernels on memory that is addressable only
-// while a backend call (or a communicator holding host access) runs. Every buffer comes from one arena
+// while a backend call (or a communicator holding host access) runs, and the buffers of a communicator's
+// outstanding requests until they complete (pin_host_access). Every buffer comes from one arena
 // that is mprotect()ed PROT_NONE between calls, so trainer code that reads or writes tensor memory itself
 // instead of through the seam dies with SIGSEGV at that line, as it would read device memory on a GPU.
 // Selected with MESHRUN_STRICT_BACKEND=1 (docs/trainer.md); the numbers are the CPU backend's, bit for bit.
@@ -7,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +74,20 @@ class StrictCpuBackend final : public Backend {
   }
   void end_host_access() override {
     if (--all_depth_ == 0) protect_all(PROT_NONE);
+  }
+  void pin_host_access(Buf b) override {
+    const PageRange r = pages_of(b);
+    if (r.lo == r.hi) return;
+    pinned_.push_back(r);
+    protect_range(r.lo, static_cast<std::size_t>(r.hi - r.lo), PROT_READ | PROT_WRITE);
+  }
+  void unpin_host_access(Buf b) override {
+    const PageRange r = pages_of(b);
+    if (r.lo == r.hi) return;
+    const auto it = std::find_if(pinned_.begin(), pinned_.end(), [&](const PageRange& p) { return p.lo == r.lo && p.hi == r.hi; });
+    if (it == pinned_.end()) throw std::logic_error("strict cpu backend: unpin of a buffer that is not pinned");
+    pinned_.erase(it);
+    close_range(r);
   }
   Event record(Stream) override { return {}; }
   void wait(Stream, Event) override {}
@@ -251,23 +267,54 @@ class StrictCpuBackend final : public Backend {
     if (len > 0 && mprotect(from, len, prot) != 0)
       throw std::runtime_error(std::string("strict cpu backend: mprotect: ") + std::strerror(errno));
   }
-  // One buffer's pages (a view's: every allocation is page-aligned, so no other buffer shares them);
-  // nothing while host access holds the whole arena open, nothing for host memory passed as a Buf.
-  void protect(const Buf& b, int prot) {
-    if (all_depth_ > 0 || !b.p || b.n <= 0) return;
+  // Page-aligned [lo, hi); empty for host memory passed as a Buf (not the arena's) and for empty buffers.
+  struct PageRange {
+    char* lo = nullptr;
+    char* hi = nullptr;
+  };
+  PageRange pages_of(const Buf& b) const {
+    if (!b.p || b.n <= 0) return {};
     char* p = static_cast<char*>(b.p);
-    if (p < base_ || p >= base_ + used_) return;
-    char* lo = base_ + (static_cast<std::size_t>(p - base_) / page_) * page_;
-    char* hi = base_ + round_up(static_cast<std::size_t>(p - base_) + static_cast<std::size_t>(b.bytes()));
-    protect_range(lo, static_cast<std::size_t>(hi - lo), prot);
+    if (p < base_ || p >= base_ + used_) return {};
+    return {base_ + (static_cast<std::size_t>(p - base_) / page_) * page_,
+            base_ + round_up(static_cast<std::size_t>(p - base_) + static_cast<std::size_t>(b.bytes()))};
   }
-  void protect_all(int prot) { protect_range(base_, used_, prot); }
+  // One buffer's pages (a view's: every allocation is page-aligned, so no other buffer shares them);
+  // nothing while host access holds the whole arena open.
+  void protect(const Buf& b, int prot) {
+    if (all_depth_ > 0) return;
+    const PageRange r = pages_of(b);
+    if (r.lo == r.hi) return;
+    if (prot == PROT_NONE) return close_range(r);
+    protect_range(r.lo, static_cast<std::size_t>(r.hi - r.lo), prot);
+  }
+  void protect_all(int prot) {
+    if (prot == PROT_NONE) return close_range({base_, base_ + used_});
+    protect_range(base_, used_, prot);
+  }
+  // PROT_NONE over r, except the pages pinned for outstanding requests: only the gaps between pins are
+  // touched, never a pinned page, since a peer may be reading one at this very moment (protecting it and
+  // opening it again would leave a window in which that read fails).
+  void close_range(PageRange r) {
+    if (all_depth_ > 0 || r.lo == r.hi) return;
+    std::vector<PageRange> pins;
+    for (const PageRange& p : pinned_)
+      if (p.lo < r.hi && p.hi > r.lo) pins.push_back(p);
+    std::sort(pins.begin(), pins.end(), [](const PageRange& a, const PageRange& b) { return a.lo < b.lo; });
+    char* from = r.lo;
+    for (const PageRange& p : pins) {
+      if (p.lo > from) protect_range(from, static_cast<std::size_t>(p.lo - from), PROT_NONE);
+      from = std::max(from, p.hi);
+    }
+    if (from < r.hi) protect_range(from, static_cast<std::size_t>(r.hi - from), PROT_NONE);
+  }
 
   std::unique_ptr<Backend> inner_;
   char* base_ = nullptr;
   std::size_t reserved_ = 0, used_ = 0;
   std::size_t page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   int all_depth_ = 0;  // nested host-access windows (the whole arena addressable)
+  std::vector<PageRange> pinned_;  // one entry per pin: the buffers of outstanding requests (few at a time)
   std::map<std::size_t, std::size_t> sizes_;         // offset -> bytes of each live buffer
   std::multimap<std::size_t, std::size_t> free_;     // bytes -> offset of released buffers
 };

@@ -27,6 +27,15 @@
 //        rounding.
 //    Loss: max over steps of |Δ|/|ref|. Gradients, parameters: max over tensors of ‖Δ‖₂/‖ref‖₂.
 // Negative tests: a skipped tensor-parallel all-reduce and a wrong data-parallel shard must each fail.
+//
+// On the strict backend (MESHRUN_STRICT_BACKEND=1: trainer.strict.equivalence, slower per run: two
+// mprotect calls per buffer per backend call) the program runs a subset that still reaches every
+// communication and host-access path once: fp32 everywhere but one fp64 layout (the trainer's double
+// instantiation); tp2 x dp2 with sequence parallelism and dp2 with gradient accumulation, each at every ZeRO
+// stage; the pipeline schedules GPipe, 1F1B with dp, interleaved, ZB, ZB with tp, dp, ZeRO-3 and SP; CP ring
+// and all-gather alone, with tp + SP, dp + ZeRO-3 and pp; MoE with ep = dp, edp = 2 ZeRO-3, tp + SP, pp ZB, cp
+// and the skewed router; one router_aux = "hf" layout; the blend. Not the negative tests and the activation
+// accounting, which check the comparisons and counters, not the device seam; the plain run covers the rest.
 #include <mpi.h>
 
 #include <algorithm>
@@ -373,6 +382,8 @@ int main(int argc, char** argv) {
   // MESHRUN_EQUIVALENCE_ONLY=blend runs the blend section alone (a quick check while working on data).
   const char* only = std::getenv("MESHRUN_EQUIVALENCE_ONLY");
   const bool only_blend = only && std::string(only) == "blend";
+  const bool strict = device::strict_backend_requested();
+  if (strict && rank == 0) std::printf("strict backend: the subset of layouts in this file's header\n");
   auto finish = [&] {
     if (rank == 0) std::printf("%d checks, %d failed\n", rep.checks, rep.failures);
     std::filesystem::remove(cfg.data.path);
@@ -405,8 +416,9 @@ int main(int argc, char** argv) {
                           {4, 2, 1, 1, 3, B / 4, false}, {2, 2, 2, 1, 1, B / 2, true},  {2, 2, 1, 2, 0, B / 2, false}};
     for (const HfCase& hc : hfs)
       for (int fp64 = 0; fp64 <= 1; ++fp64) {
+        if (strict && &hc != &hfs[0]) continue;
         const bool exact = hc.tp == 1 && hc.cp == 1 && hc.dp == hc.ep && hc.mbs * hc.dp == B;
-        if (fp64 && exact) continue;
+        if ((fp64 && exact) || (fp64 && strict)) continue;
         Case c{hc.tp, hc.dp, hc.zero, hc.mbs, hc.sp, fp64 == 1};
         c.ep = hc.ep;
         c.cp = hc.cp;
@@ -418,10 +430,10 @@ int main(int argc, char** argv) {
       }
     Case c{1, 2, 0, B / 2, false, false};
     c.ep = 2;
-    const Run r = run_cfg(hf, c);
+    const Run r = strict ? Run{} : run_cfg(hf, c);
     JobConfig meshrun_aux = hf;
     meshrun_aux.model.router_aux = "meshrun";
-    if (rank == 0)
+    if (rank == 0 && !strict)
       rep.check("NEGATIVE router_aux hf dp=2 ep=2 vs the meshrun convention's 1 process", compare(r, reference_of(meshrun_aux, B / 2, false)),
                 false, kFp32, true);
     if (argc > 1 && std::string(argv[1]) == "router-aux-hf") return finish();
@@ -445,15 +457,19 @@ int main(int argc, char** argv) {
       if (rank == 0) std::printf("skip tp=%d dp=%d: needs %d ranks, have %d\n", sh.tp, sh.dp, sh.tp * sh.dp, world);
       continue;
     }
+    if (strict && !((sh.tp == 1 && sh.dp == 2) || (sh.tp == 2 && sh.dp == 2))) continue;
     // One micro-batch per rank (B/dp sequences), and for dp = 2 also gradient accumulation (mbs = 1).
     std::vector<int> mbss{B / sh.dp};
     if (sh.dp == 2) mbss.push_back(1);
     for (int mbs : mbss) {
+      if (strict && (sh.tp == 1) != (mbs == 1)) continue;  // strict: tp2 x dp2 one micro-batch, dp2 accumulating
       const bool one_micro_batch = mbs * sh.dp == B;
       const bool exact_vs_serial = sh.tp == 1 && one_micro_batch;
       for (int sp = 0; sp <= (sh.tp > 1 ? 1 : 0); ++sp) {
+        if (strict && sh.tp > 1 && sp == 0) continue;
         // fp64 only where fp32 cannot be bit-exact, to show the difference is rounding alone.
         for (int fp64 = 0; fp64 <= (exact_vs_serial ? 0 : 1); ++fp64) {
+          if (strict && fp64 && !(sh.tp == 2 && sh.dp == 2 && mbs == B / 2 && sp == 1)) continue;
           const Tol& tol = fp64 ? kFp64 : kFp32;
           Run zero0;
           std::vector<std::int64_t> mem, tr;
@@ -499,7 +515,7 @@ int main(int argc, char** argv) {
   }
 
   // Negative tests: the same checks must catch a broken layout.
-  if (world >= 2) {
+  if (world >= 2 && !strict) {
     const Run skipped = run_on(Case{2, 1, 0, B, false, false}, Fault::skip_tp_all_reduce);
     if (rank == 0)
       rep.check("NEGATIVE tp=2, row-parallel all-reduce skipped", compare(skipped, reference(B, false)), false, kFp32, true);
@@ -537,10 +553,13 @@ int main(int argc, char** argv) {
       {2, 2, 1, 0, true, "interleaved", 2}, {2, 2, 2, 1, false, "1f1b", 1}, {2, 2, 2, 3, true, "zb", 1},
   };
   std::map<std::string, Run> flat;  // the same layouts with pp = 1, by Case::str()
+  const std::vector<int> strict_pipes{0, 2, 3, 8, 9, 13};  // gpipe, interleaved, zb, zb tp, 1f1b dp, zb tp dp z3 sp
   for (const PipeCase& pc : pipes) {
+    if (strict && std::find(strict_pipes.begin(), strict_pipes.end(), int(&pc - pipes)) == strict_pipes.end()) continue;
     for (int fp64 = 0; fp64 <= 1; ++fp64) {
       const bool exact_vs_serial = pc.tp == 1 && pc.dp == 1;
       if (fp64 && exact_vs_serial) continue;  // fp64 only where fp32 cannot be bit-exact
+      if (fp64 && strict) continue;
       Case c{pc.tp, pc.dp, pc.zero, 1, pc.sp, fp64 == 1};
       if (c.ranks() * pc.pp > world) {
         if (rank == 0) std::printf("skip %s pp=%d: needs %d ranks, have %d\n", c.str().c_str(), pc.pp, c.ranks() * pc.pp, world);
@@ -559,7 +578,7 @@ int main(int argc, char** argv) {
     }
   }
   // Negative: the second stage skips its first decoder layer; both the exact and the tolerance check fail.
-  if (world >= 2) {
+  if (world >= 2 && !strict) {
     Case c{1, 1, 0, 1, false, false};
     c.pp = 2;
     const Run skipped = run_cfg(cfg8, c, Fault::stage_skips_layer);
@@ -584,9 +603,11 @@ int main(int argc, char** argv) {
   const CpCase cps[] = {{2, 1, 1, 0, 1, false}, {4, 1, 1, 0, 1, false}, {2, 2, 1, 0, 1, false}, {2, 2, 1, 0, 1, true},
                         {4, 2, 1, 0, 1, true},  {2, 1, 2, 1, 1, false}, {2, 1, 2, 3, 1, false}, {2, 1, 1, 0, 2, false},
                         {2, 2, 2, 1, 1, true},  {2, 2, 1, 0, 2, false}};
+  const std::vector<int> strict_cps{0, 3, 6, 7};  // cp2; tp2 sp; dp2 zero3; pp2
   for (const CpCase& cc : cps)
     for (const char* mode : {"ring", "allgather"})
-      for (int fp64 = 0; fp64 <= 1; ++fp64) {
+      for (int fp64 = 0; fp64 <= (strict ? 0 : 1); ++fp64) {
+        if (strict && std::find(strict_cps.begin(), strict_cps.end(), int(&cc - cps)) == strict_cps.end()) continue;
         Case c{cc.tp, cc.dp, cc.zero, 1, cc.sp, fp64 == 1};
         c.cp = cc.cp;
         c.cp_comm = mode;
@@ -611,7 +632,7 @@ int main(int argc, char** argv) {
         }
       }
   // Ring and all-gather: identical forward, so identical step-1 loss bits.
-  if (world >= 4) {
+  if (world >= 4 && !strict) {
     Case a{1, 1, 0, 1, false, false};
     a.cp = 4;
     Case b = a;
@@ -625,7 +646,7 @@ int main(int argc, char** argv) {
     }
   }
   // Saved activations per rank drop as 1/cp (every saved tensor is per row), from the trainer's accounting.
-  if (world >= 4) {
+  if (world >= 4 && !strict) {
     std::vector<std::int64_t> saved;
     for (int cpn : {1, 2, 4})
       for (const char* mode : {"ring", "allgather"}) {
@@ -645,7 +666,7 @@ int main(int argc, char** argv) {
     }
   }
   // Negative: a contiguous token split attended with zigzag positions, and a ring that loses a K/V block.
-  if (world >= 2) {
+  if (world >= 2 && !strict) {
     Case c{1, 1, 0, 1, false, false};
     c.cp = 2;
     const Run split = run_cfg(cfg16, c, Fault::contiguous_cp_split);
@@ -686,10 +707,12 @@ int main(int argc, char** argv) {
                           {2, 2, 2, 1, 1, 0, false, false}, {2, 2, 2, 1, 1, 1, true, false},  {2, 2, 1, 2, 1, 0, false, false},
                           {2, 2, 1, 2, 1, 3, false, false, "zb"}, {2, 2, 1, 1, 2, 0, false, false},
                           {2, 2, 1, 1, 1, 0, false, true}};
+  const std::vector<int> strict_moes{0, 5, 7, 9, 10, 11};  // ep=dp; edp2 zero3; tp sp; pp zb zero3; cp; skewed
   for (const MoeCase& mc : moes)
     for (int fp64 = 0; fp64 <= 1; ++fp64) {
+      if (strict && std::find(strict_moes.begin(), strict_moes.end(), int(&mc - moes)) == strict_moes.end()) continue;
       const bool exact = mc.tp == 1 && mc.pp == 1 && mc.cp == 1 && mc.dp == mc.ep;
-      if (fp64 && exact) continue;  // fp64 only where fp32 cannot be bit-exact
+      if ((fp64 && exact) || (fp64 && strict)) continue;  // fp64 only where fp32 cannot be bit-exact
       const int mbs = mc.pp > 1 ? 1 : B / mc.dp;
       Case c{mc.tp, mc.dp, mc.zero, mbs, mc.sp, fp64 == 1};
       c.ep = mc.ep;
@@ -717,7 +740,7 @@ int main(int argc, char** argv) {
       }
     }
   // Negative: one routed token dropped, and one token sent to the wrong EP rank's expert, each detected.
-  if (world >= 2) {
+  if (world >= 2 && !strict) {
     Case c{1, 2, 0, B / 2, false, false};
     c.ep = 2;
     const Run dropped = run_cfg(cfgm, c, Fault::moe_drop_token);

@@ -51,7 +51,7 @@ struct Setup {
   comm::HostAccessComm tp = bracketed(local_tp), dp = bracketed(local_dp), ep_comm = bracketed(local_ep),
                  cp_comm = bracketed(local_cp);
   comm::HostAccessComm bracketed(Comm& c) {
-    return comm::HostAccessComm(c, [this] { backend->begin_host_access(); }, [this] { backend->end_host_access(); });
+    return comm::HostAccessComm(c, *backend);
   }
   ParamStore store{table, 0, dp, *backend};
   static constexpr std::int64_t S = 5, mbs = 2;

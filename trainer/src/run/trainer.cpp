@@ -85,8 +85,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       backend_(backend ? std::move(backend)
                        : make_backend(std::is_same_v<T, double> ? "fp64" : cfg.training.dtype == "bf16" ? "bf16" : "fp32")),
       host_access_groups_(device::strict_backend_requested()
-                              ? bracket_groups(groups, [be = backend_.get()] { be->begin_host_access(); },
-                                               [be = backend_.get()] { be->end_host_access(); })
+                              ? bracket_groups(groups, *backend_)
                               : Groups{}),
       groups_(device::strict_backend_requested() ? host_access_groups_ : groups),
       tp_(groups_[GroupKind::tp]),

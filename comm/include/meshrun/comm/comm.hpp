@@ -12,6 +12,8 @@
 //   receive from this rank. Tags are an MPI-only check (NCCL has none); callers must post sends and
 //   receives to each peer in the same order on both sides (the pipeline's schedule validator checks it).
 // - A non-blocking operation owns its buffers until its Request completes; recv is written only then.
+//   A peer may read or write them at any time before that, from its own process (MPI's single-copy
+//   shared-memory path) or its own device engine (NCCL), not only inside this rank's calls.
 //
 // Point-to-point is non-blocking: isend/irecv return a Request to wait on, so a pipeline's steady state
 // (send one way while receiving the other) and a ring cannot deadlock above MPI's eager limit. Blocking
@@ -24,9 +26,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 
 #include "meshrun/device/buffer.hpp"
+
+namespace meshrun::device {
+class Backend;
+}
 
 namespace meshrun::comm {
 
@@ -175,16 +182,20 @@ class ForwardingComm : public Comm {
   std::unique_ptr<Comm> inner_;
 };
 
-// Brackets every operation of another communicator, and every wait and test of its requests, with
-// open() and close(): for a backend whose memory is addressable only on request (the strict CPU backend
-// of the tests, Backend::begin_host_access). MPI moves data only inside MPI calls, so this covers it.
+// Gives a communicator host access to a backend whose memory is addressable only on request (the strict
+// CPU backend of the tests): every operation, and every wait and test of its requests, runs inside
+// Backend::begin/end_host_access, and the buffers of a non-blocking operation stay pinned (addressable)
+// until its request completes. The pins are needed because MPI does not move data only inside this
+// process's MPI calls: over shared memory, Open MPI's single-copy path has the *peer* read a send buffer
+// (or write a receive buffer) with process_vm_readv/writev whenever the peer's progress gets to it, while
+// this process may be computing outside MPI. Only those buffers stay open, so a host access to any other
+// tensor between backend calls still faults.
 class HostAccessComm final : public Comm {
  public:
   using Comm::all_gather;
   using Comm::all_reduce;
   using Comm::reduce_scatter;
-  HostAccessComm(Comm& inner, std::function<void()> open, std::function<void()> close)
-      : inner_(inner), open_(std::move(open)), close_(std::move(close)) {}
+  HostAccessComm(Comm& inner, device::Backend& backend) : inner_(inner), backend_(backend) {}
   int size() const override { return inner_.size(); }
   int rank() const override { return inner_.rank(); }
   void all_reduce(Buf b, ReduceOp op) override;
@@ -201,9 +212,10 @@ class HostAccessComm final : public Comm {
 
  private:
   template <class F> auto bracketed(F&& f);
-  Request wrap(Request r);
+  // Starts a non-blocking operation inside a host-access window and pins `bufs` before the window closes.
+  template <class F> Request started(F&& start, std::initializer_list<Buf> bufs);
   Comm& inner_;
-  std::function<void()> open_, close_;
+  device::Backend& backend_;
 };
 
 }  // namespace meshrun::comm

@@ -18,7 +18,8 @@ struct Groups {
 };
 // Every group of size 1 (a single-process run, no MPI needed).
 Groups make_local_groups();
-// The same groups with every operation bracketed by open()/close() (HostAccessComm); `g` must outlive them.
-Groups bracket_groups(const Groups& g, const std::function<void()>& open, const std::function<void()>& close);
+// The same groups with host access to `backend` for every operation and outstanding request
+// (HostAccessComm); `g` and `backend` must outlive them.
+Groups bracket_groups(const Groups& g, device::Backend& backend);
 
 }  // namespace meshrun::comm

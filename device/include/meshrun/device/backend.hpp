@@ -147,6 +147,12 @@ class Backend {
   // nest). Only the strict CPU backend, whose memory is unaddressable between its calls, does anything.
   virtual void begin_host_access() {}
   virtual void end_host_access() {}
+  // One buffer held addressable from pin until the matching unpin, across calls and host-access windows:
+  // a communicator's non-blocking operation pins its buffers until its request completes, because a peer
+  // may read or write them from its own process at any time in between (Open MPI's single-copy transfers
+  // over shared memory: process_vm_readv/writev on this process's pages). Pins of one range nest.
+  virtual void pin_host_access(Buf) {}
+  virtual void unpin_host_access(Buf) {}
   // True where a Buf's memory is ordinary host memory the caller may read and write at any time (the CPU
   // backends): a checkpoint load then reads straight into it instead of staging and uploading.
   virtual bool host_addressable() const { return false; }
