@@ -142,8 +142,9 @@ SH
     for _ in $(seq 300); do grep -q '^START' "job-$id.out" 2>/dev/null && [ "$(grep -c '^START' "job-$id.out")" = 4 ] && break; sleep 0.1; done
     # What Slurm does at time limit - lead time: signal the batch shell only (B:).
     T scancel --batch --signal=USR1 "$id" || fail "scancel --batch failed"
-    # The requeued job then waits for its old credential to expire (~2 min; starting it earlier fails with
-    # "Job credential revoked"), so the check stops at Slurm's side of the requeue.
+    # The requeued job then waits for its old credential to expire (AuthInfo cred_expire, 20 s in the lab's
+    # slurm.conf; starting it earlier fails with "Job credential revoked"); the check stops at Slurm's side of the
+    # requeue (trainer_preempt follows the job through).
     for _ in $(seq 300); do
       T scontrol show job "$id" | grep -q 'JobState=PENDING Reason=BeginTime' && break
       sleep 0.1
@@ -201,7 +202,8 @@ SH
     [ -n "$id" ] || fail "no job id in: $out"
     for _ in $(seq 600); do [ -f m.jsonl ] && [ "$(grep -c '"record":"step"' m.jsonl)" -ge 3 ] && break; sleep 0.1; done
     T scancel --batch --signal=USR1 "$id" || fail "scancel --batch failed"
-    # The requeued job starts once its old credential expires (~2 min), then resumes and finishes.
+    # The requeued job starts once its old credential expires (AuthInfo cred_expire=20 in the lab's slurm.conf),
+    # then resumes and finishes.
     for _ in $(seq 2400); do grep -q "training finished at step 12" "job-$id.out" 2>/dev/null && break; sleep 0.1; done
     wait_job "$id"
     log=$(cat "job-$id.out")

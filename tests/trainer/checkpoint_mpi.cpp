@@ -3,7 +3,7 @@
 //  * Exact resume: 20 uninterrupted steps vs 10 steps + save + a fresh trainer that loads the checkpoint + 10
 //    steps give bit-identical losses, gradient norms and final parameters, for tp2×dp2 ZeRO-1, pp2 (1F1B) and
 //    dp4 ZeRO-3 (and tp2×dp2 ZeRO-3, pp2×dp2 interleaved V=2, tp2×dp2 ZeRO-2 with sequence parallelism).
-//    Negative: resuming without the Adam moments is detected.
+//    Negative: resuming without the Adam moments is detected. (The strict run: a subset, see main.)
 //  * The checkpoint's tensors, read back in global shape from the shards, equal gather_params() bit for bit.
 //  * Resharding: saved at step 10 under tp2×dp2 ZeRO-1, resumed under tp1×pp2×dp2 ZeRO-3, dp4 (ZeRO-1, ZeRO-0),
 //    pp2×dp2 interleaved and tp2×dp2 SP ZeRO-2: the losses
@@ -18,10 +18,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "fixture.hpp"
+#include "meshrun/device/backend.hpp"
 #include "meshrun/train/checkpoint/checkpoint.hpp"
 #include "meshrun/train/comm_names.hpp"
 #include "meshrun/comm/mpi.hpp"
@@ -185,10 +187,23 @@ int main(int argc, char** argv) {
   cfg.training.warmup_steps = 3;
   cfg.model.layers = 4;  // pp2 gets two layers per stage
 
+  // On the strict backend (trainer.strict.checkpoint, several times slower per step) a subset that still reaches
+  // every ZeRO stage, TP, PP, the interleaved schedule and SP in save and load: the bits are the plain run's
+  // (trainer.checkpoint runs every case), the strict run only proves no host access outside the seam.
+  const bool strict = device::strict_backend_requested();
+  const auto strict_skips = [&](const Case& c, std::initializer_list<Case> kept) {
+    if (!strict) return false;
+    for (const Case& k : kept)
+      if (k.str() == c.str()) return false;
+    return true;
+  };
+  if (strict && g_rank == 0) std::printf("strict backend: the subset of cases named in this file\n");
+
   // 1. Exact resume, same layout.
   int n = 0;
   for (const Case& c : {Case{2, 1, 2, 1}, Case{2, 2, 1, 0}, Case{1, 2, 2, 1}, Case{1, 1, 4, 3}, Case{2, 1, 2, 3},
                        Case{1, 2, 2, 1, 2}, Case{2, 1, 2, 2, 1, true}}) {
+    if (strict_skips(c, {Case{2, 1, 2, 1}, Case{1, 1, 4, 3}, Case{1, 2, 2, 1, 2}, Case{2, 1, 2, 2, 1, true}})) continue;
     const std::string dir = root + "/exact-" + std::to_string(n++);
     const Run whole = segment(cfg, c, 0, 20, "", "");
     const Run first = segment(cfg, c, 0, 10, "", dir);
@@ -222,6 +237,7 @@ int main(int argc, char** argv) {
     barrier();
     const std::string latest = latest_checkpoint(dir);
     for (const Case& c : {Case{1, 2, 2, 3}, Case{1, 1, 4, 1}, Case{1, 1, 4, 0}, Case{1, 2, 2, 0, 2}, Case{2, 1, 2, 2, 1, true}}) {
+      if (strict_skips(c, {Case{1, 2, 2, 3}, Case{1, 1, 4, 0}})) continue;
       const Run second = segment(cfg, c, 10, 20, latest, "");
       const double rel = loss_rel(second, whole, 10);
       char b[64];
