@@ -33,7 +33,7 @@ echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $
 grep -E '^(node_cpus|gflops|memory_gbps|link_gbps|collective)' "$OUT/cpu.toml" | cut -d'#' -f1 | tr -s ' ' | paste -sd';' | sed 's/^/device: /'
 
 TINY=templates/tiny.toml MOE=templates/tiny-moe.toml
-data=(--set data.text=/usr/share/common-licenses --set data.path="$OUT/corpus.bin" --set data.shuffle=true)
+data=(--set data.text=/usr/share/common-licenses --set data.text_cache="$OUT/corpus.bin" --set data.shuffle=true)
 mid=(--set model.layers=8 --set model.hidden=512 --set model.ffn_hidden=1408 --set model.heads=8 --set model.kv_heads=4
      --set training.seq_len=256 --set training.global_batch_size=8 --set training.micro_batch_size=2)
 # name|use|template|ranks|steps|options (use: fit = calibration set, check = held out)

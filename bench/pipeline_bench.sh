@@ -6,7 +6,7 @@
 set -eu
 BUILD=${1:-build}
 MPI=(mpiexec --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1)
-DATA=(--set data.path="$BUILD/data/tiny-corpus.bin")
+DATA=(--set data.text_cache="$BUILD/data/tiny-corpus.bin")
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 for pp in 2 4; do
   "${MPI[@]}" -np "$pp" "$BUILD/bench/meshrun-bench-pipeline" templates/tiny.toml --set model.layers=8 "${DATA[@]}" --steps 5

@@ -27,7 +27,7 @@ RANKS=${RANKS:-4}   # 4: pp 2 × dp 2 (two ranks per core here); 2: pp 2 × dp 1
 [ "$RANKS" = 4 ] || [ "$RANKS" = 2 ] || { echo "trace_bench: RANKS must be 4 or 2" >&2; exit 2; }
 MPI=(mpirun --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 -np "$RANKS")
 ARGS=(templates/tiny.toml --no-site --set parallel.tp=1 --set parallel.pp=2 --set training.steps=$STEPS
-      --set data.path="$BUILD/data/tiny-corpus.bin")
+      --set data.text_cache="$BUILD/data/tiny-corpus.bin")
 [ "$RANKS" = 4 ] || ARGS+=(--set training.global_batch_size=8)
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 quartiles() { sort -g | awk '{ a[NR] = $1 } END { printf "%.3f-%.3f", a[int((NR + 3) / 4)], a[int((3 * NR + 3) / 4)] }'; }

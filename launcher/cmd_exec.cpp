@@ -59,7 +59,7 @@ const char* kExecHelp =
     "exit status: COMMAND's; 2 bad input (one line on stderr), nothing is run then\n";
 
 int fail(const std::string& msg) {
-  std::fprintf(stderr, "meshrun exec: %s\n", meshrun::cut_long_values(msg).c_str());
+  std::fputs(meshrun::message_lines("meshrun exec: ", msg).c_str(), stderr);
   return 2;
 }
 

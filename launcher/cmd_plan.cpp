@@ -64,7 +64,7 @@ const char* kPlanHelp =
     "exit status: 0 valid, 2 invalid input (reasons on stderr, nothing on stdout)\n";
 
 int fail(const std::string& msg) {
-  std::fprintf(stderr, "meshrun plan: %s\n", meshrun::cut_long_values(msg).c_str());
+  std::fputs(meshrun::message_lines("meshrun plan: ", msg).c_str(), stderr);
   return 2;
 }
 
@@ -276,6 +276,10 @@ int cmd_plan(int argc, char** argv) {
                    cut_long_values(p.message).c_str());
     return 2;
   }
+  // A job of meshrun-train names input files: a missing one is refused here as meshrun-train would refuse it.
+  if (rules == RuleSet::trainer)
+    if (auto missing = data_input_problems(cfg.job.data, launch::data_key_location(cfg)); !missing.empty())
+      return fail(cut_lines(missing));
   const std::optional<Layout>& layout = res.layout;
   const std::vector<std::string>& checks = res.checks;
 

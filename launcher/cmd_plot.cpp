@@ -39,7 +39,8 @@ const char* kPlotHelp =
     "\n"
     "Draw training curves from meshrun-train metrics files (JSON Lines): loss (eval loss as circles), learning\n"
     "rate, grad norm, global tokens/s and MFU, one panel each over the step axis; a panel no file has data for\n"
-    "is left out. Several files overlay, one colour each, labelled by the layout of their run records.\n"
+    "is left out. Several files overlay, one colour each, labelled by the layout of their run records and the\n"
+    "file (its name, with as many of its directories as tell it from the others: ck1/metrics.jsonl), or --label.\n"
     "\n"
     "With --timeline: the measured pipeline timeline of one traced step (meshrun-train --trace DIR writes\n"
     "DIR/trace.json), a row per pipeline rank of dp 0 with F, B and W in the colours of 'meshrun plan --schedule',\n"
@@ -50,6 +51,7 @@ const char* kPlotHelp =
     "  -o, --output FILE        write FILE: .svg, or .png (the SVG converted by rsvg-convert, package\n"
     "                           librsvg2-bin)\n"
     "  --title TEXT             the picture's title (default: \"Training metrics\" and the model)\n"
+    "  --label TEXT             the legend's name of a file instead of its path; give it once per file, in order\n"
     "  --timeline TRACE         draw TRACE (DIR/trace.json, or DIR) instead of metrics files\n"
     "  --step N                 with --timeline: the traced step to draw (default: the last traced)\n"
     "  --template T.toml        draw the planner's throughput estimate for this job (what 'meshrun plan T.toml\n"
@@ -66,7 +68,7 @@ const char* kPlotHelp =
     "exit status: 0 written, 2 bad input (one line on stderr naming FILE:LINE), 1 rsvg-convert failed\n";
 
 int fail(const std::string& msg) {
-  std::fprintf(stderr, "meshrun plot: %s\n", meshrun::cut_long_values(msg).c_str());
+  std::fputs(meshrun::message_lines("meshrun plot: ", msg).c_str(), stderr);
   return 2;
 }
 
@@ -158,6 +160,7 @@ int cmd_plot(int argc, char** argv) {
   std::vector<std::string> inputs;
   std::string output, title, timeline;
   std::optional<int> step;
+  std::vector<std::string> labels;  // --label, one per metrics file
   ConfigRequest req;
   bool config_flags = false;
   try {
@@ -174,6 +177,10 @@ int cmd_plot(int argc, char** argv) {
       }
       if (cli::take_value(args, i, "--title", &v)) {
         title = v;
+        continue;
+      }
+      if (cli::take_value(args, i, "--label", &v)) {
+        labels.push_back(v);
         continue;
       }
       if (cli::take_value(args, i, "--timeline", &v)) {
@@ -213,6 +220,10 @@ int cmd_plot(int argc, char** argv) {
     if (step && timeline.empty()) throw ConfigError("--step applies to --timeline; give --timeline DIR/trace.json");
     if (inputs.empty() && timeline.empty())
       throw ConfigError("no metrics file; give FILE.jsonl (meshrun-train --metrics FILE.jsonl writes one)");
+    if (!labels.empty() && !timeline.empty()) throw ConfigError("--label names metrics files; --timeline draws one trace without a legend");
+    if (!labels.empty() && labels.size() != inputs.size())
+      throw ConfigError(std::to_string(labels.size()) + " --label for " + std::to_string(inputs.size()) +
+                        " metrics files; give one --label per file, in the files' order");
     if (output.empty()) throw ConfigError("no output; give -o OUT.svg or -o OUT.png");
     if (!ends_with(output, ".svg") && !ends_with(output, ".png"))
       throw ConfigError("-o " + output + ": the output's name must end in .svg or .png");
@@ -292,6 +303,7 @@ int cmd_plot(int argc, char** argv) {
   } catch (const plot::PlotError& e) {
     return fail(e.what());
   }
+  plot::name_runs(files, labels);
   const std::string svg = plot::render_svg(files, options);
 
   std::string error;

@@ -49,7 +49,7 @@ const char* kRunHelp =
     "exit status: the launched command's; 2 bad input (one line on stderr); 1 launcher not found\n";
 
 int fail(const std::string& msg, int code = 2) {
-  std::fprintf(stderr, "meshrun run: %s\n", meshrun::cut_long_values(msg).c_str());
+  std::fputs(meshrun::message_lines("meshrun run: ", msg).c_str(), stderr);
   return code;
 }
 

@@ -47,7 +47,7 @@ const char* kSbatchHelp =
     "exit status: 0 submitted (prints 'Submitted batch job ID') or printed; 2 bad input; 1 sbatch failed\n";
 
 int fail(const std::string& msg, int code = 2) {
-  std::fprintf(stderr, "meshrun sbatch: %s\n", meshrun::cut_long_values(msg).c_str());
+  std::fputs(meshrun::message_lines("meshrun sbatch: ", msg).c_str(), stderr);
   return code;
 }
 

@@ -101,6 +101,14 @@ std::string sources_of(const Config& cfg, const std::string& check) {
 
 }  // namespace
 
+std::function<std::string(const std::string&)> data_key_location(const Config& cfg) {
+  // A file's line:column; a --set or flag names itself in the message already.
+  return [&cfg](const std::string& key) {
+    const Origin o = cfg.origin_of(key);
+    return o.kind == SourceKind::template_file || o.kind == SourceKind::site ? o.where : std::string();
+  };
+}
+
 std::vector<std::string> overrides_as_sets(const ConfigRequest& r) {
   std::vector<std::string> out;
   for (const auto& f : r.flags) out.insert(out.end(), {"--set", f.key + "=" + f.value});
@@ -124,6 +132,10 @@ Resolved resolve(const Config& cfg, bool trainer_job) {
   const EnvPolicy policy = env_inputs(cfg).policy;
   Resolution res = resolve_job(cfg, {trainer_job ? RuleSet::trainer : RuleSet::model, 0, &policy});
   if (!res.ok()) fail(cfg, res.problems);
+  // meshrun-train's input files, before anything is submitted or started (one line per missing file).
+  if (trainer_job)
+    if (auto missing = data_input_problems(cfg.job.data, data_key_location(cfg)); !missing.empty())
+      throw ConfigError(missing);
   Resolved r;
   r.cfg = cfg;
   r.cluster = std::move(res.cluster);

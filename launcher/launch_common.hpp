@@ -51,7 +51,10 @@ struct Resolved {
 // so a conflict between layers names both layers.
 // trainer_job: the job runs meshrun-train (is_trainer_command), so its template's model gets the bundled
 // trainer's rules too (validate_trainer), as meshrun-train will check them.
+// trainer_job also checks the data's input files (data_input_problems): one line per missing file.
 Resolved resolve(const Config& cfg, bool trainer_job = false);
+// Where a data key was set, for data_input_problems: a template's file:line:col, else "" (a --set names itself).
+std::function<std::string(const std::string&)> data_key_location(const Config& cfg);
 // The command is meshrun-train: empty (sbatch's and run's default) or a program of that name.
 bool is_trainer_command(const std::vector<std::string>& command);
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <string>
 #include <string_view>
 
 #include "meshrun/bounded_file.hpp"
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
                         : "lower the sizes it gives (cluster.nodes, cluster.gpus_per_node, training.global_batch_size)");
       return 2;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "meshrun %s: %s\n", c.name, meshrun::cut_long_values(e.what()).c_str());
+      std::fputs(meshrun::message_lines(std::string("meshrun ") + c.name + ": ", e.what()).c_str(), stderr);
       return 2;
     }
   }

@@ -25,6 +25,8 @@ constexpr const char* kFieldKeys[kFields] = {"loss", "eval_loss", "lr", "grad_no
 
 std::string shown_name(const std::string& path) { return cut_value(path, 200); }
 
+bool f_absolute(const std::string& path) { return !path.empty() && path.front() == '/'; }
+
 std::string base_name(const std::string& path) {
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
@@ -83,6 +85,49 @@ std::string layout_label(int tp, int cp, int pp, int dp, int ep, int zero, int v
   if (ep > 1) add("ep" + std::to_string(ep));
   if (zero > 0) add("zero" + std::to_string(zero));
   return s.empty() ? "1 rank" : s;
+}
+
+void name_runs(std::vector<MetricsFile>& files, const std::vector<std::string>& labels) {
+  if (!labels.empty()) {
+    for (size_t i = 0; i < files.size() && i < labels.size(); ++i) files[i].name = labels[i];
+    return;
+  }
+  // The path's components, without empty ones ("a//b/" -> a, b) and "." components.
+  auto parts = [](const std::string& path) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    while (i <= path.size()) {
+      const size_t j = std::min(path.find('/', i), path.size());
+      if (std::string c = path.substr(i, j - i); !c.empty() && c != ".") out.push_back(c);
+      i = j + 1;
+    }
+    return out;
+  };
+  std::vector<std::vector<std::string>> comps;
+  for (const auto& f : files) comps.push_back(parts(f.path));
+  auto suffix = [&](size_t i, size_t n) {
+    const auto& c = comps[i];
+    std::string s;
+    for (size_t k = c.size() > n ? c.size() - n : 0; k < c.size(); ++k) s += (s.empty() ? "" : "/") + c[k];
+    if (n > c.size() && !f_absolute(files[i].path)) return s;
+    return n > c.size() ? "/" + s : s;
+  };
+  for (size_t i = 0; i < files.size(); ++i) {
+    // The fewest trailing components that no other file (of another path) shares.
+    size_t n = 1;
+    for (;; ++n) {
+      bool clash = false;
+      for (size_t j = 0; j < files.size() && !clash; ++j)
+        clash = j != i && comps[j] != comps[i] && suffix(j, n) == suffix(i, n);
+      if (!clash || n > comps[i].size()) break;
+    }
+    files[i].name = suffix(i, n);
+  }
+  for (size_t i = 0; i < files.size(); ++i) {  // one path given more than once
+    int seen = 1;
+    for (size_t j = 0; j < i; ++j) seen += comps[j] == comps[i];
+    if (seen > 1) files[i].name += " #" + std::to_string(seen);
+  }
 }
 
 MetricsFile parse_metrics(std::istream& in, const std::string& path) {

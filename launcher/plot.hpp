@@ -54,6 +54,11 @@ MetricsFile parse_metrics(std::istream& in, const std::string& path);
 // Opens and parses one file (a regular file, read line by line: memory follows the steps, not the file).
 MetricsFile read_metrics(const std::string& path);
 
+// The names the legend shows: `labels` (--label, one per file, in order) when given, else each file's last path
+// component, lengthened by its directories until no two files share a name ("ck1/metrics.jsonl" and
+// "ck2/metrics.jsonl"); the same path given twice is told apart by "#2", "#3", ….
+void name_runs(std::vector<MetricsFile>& files, const std::vector<std::string>& labels = {});
+
 // The dashed reference line of the tokens/s panel.
 struct Reference {
   double tokens_per_s = 0;  // global, the unit of the panel

@@ -95,7 +95,7 @@ int launcher_rank(const std::map<std::string, std::string>& env) {
 }
 
 int bad_input(const std::string& msg, int rank) {
-  if (rank <= 0) std::fprintf(stderr, "meshrun preflight: %s\n", cut_long_values(msg).c_str());
+  if (rank <= 0) std::fputs(message_lines("meshrun preflight: ", msg).c_str(), stderr);
   return 2;
 }
 

@@ -71,11 +71,17 @@ std::optional<AxisOrder> parse_order(std::string_view text, std::string* error) 
     if (cp != seen.end() && dp != seen.end()) seen.insert(std::min(cp, dp) + 1, Axis::ep);
   }
   if (seen.size() != kAxes) {
+    // ep is optional (folded in above when cp and dp are both named), so a missing ep is never the problem:
+    // name only the required axes that are absent.
+    std::vector<Axis> absent;
+    for (Axis a : {Axis::tp, Axis::cp, Axis::dp, Axis::pp})
+      if (std::find(seen.begin(), seen.end(), a) == seen.end()) absent.push_back(a);
     std::string missing;
-    for (Axis a : {Axis::tp, Axis::cp, Axis::ep, Axis::dp, Axis::pp})
-      if (std::find(seen.begin(), seen.end(), a) == seen.end()) missing += std::string(missing.empty() ? "" : ", ") + axis_name(a);
+    for (std::size_t i = 0; i < absent.size(); ++i)
+      missing += std::string(i == 0 ? "" : i + 1 == absent.size() ? " and " : ", ") + axis_name(absent[i]);
     *error = "order '" + cut_value(std::string(text)) + "' does not name " + missing +
-             "; name all five axes (ep may be left out), e.g. tp-cp-ep-dp-pp";
+             "; name each of tp, cp, dp and pp once (ep may be left out: it then follows the first of cp and dp), "
+             "e.g. tp-cp-dp-pp or tp-cp-ep-dp-pp";
     return std::nullopt;
   }
   AxisOrder o;

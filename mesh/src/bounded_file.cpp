@@ -203,4 +203,22 @@ bool read_bounded_file(const std::string& path, size_t limit, const std::string&
   return true;
 }
 
+std::string cut_lines(const std::vector<std::string>& messages) {
+  std::string out;
+  for (const std::string& m : messages) out += (out.empty() ? "" : "\n") + cut_long_values(m);
+  return out;
+}
+
+std::string message_lines(std::string_view prefix, std::string_view message) {
+  std::string out;
+  size_t i = 0;
+  while (true) {
+    const size_t j = message.find('\n', i);
+    out += std::string(prefix) + cut_long_values(message.substr(i, j == std::string_view::npos ? std::string_view::npos : j - i)) + "\n";
+    if (j == std::string_view::npos) break;
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace meshrun

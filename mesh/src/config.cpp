@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <tuple>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -146,10 +147,11 @@ std::vector<Field> make_schema() {
   add(choose(field("training.grad_dtype", &JobConfig::training, &TrainingSpec::grad_dtype, V::string, "planner: gradient dtype"), dtypes));
   add(choose(field("training.optim_dtype", &JobConfig::training, &TrainingSpec::optim_dtype, V::string, "planner: master weights and Adam moments"), dtypes));
 
-  add(field("data.path", &JobConfig::data, &DataSpec::path, V::string, "token file (raw little-endian)"));
+  add(field("data.path", &JobConfig::data, &DataSpec::path, V::string, "token file to read (raw little-endian, or an indexed dataset); never written"));
   add(choose(field("data.token_dtype", &JobConfig::data, &DataSpec::token_dtype, V::string, "token width"), {"uint16", "uint32"}));
   add(field("data.shuffle", &JobConfig::data, &DataSpec::shuffle, V::boolean, "seeded permutation of sequences"));
-  add(field("data.text", &JobConfig::data, &DataSpec::text, V::string, "UTF-8 corpus to tokenize into data.path"));
+  add(field("data.text", &JobConfig::data, &DataSpec::text, V::string, "UTF-8 corpus to tokenize when data.path is not set (into data.text_cache, else the cache directory)"));
+  add(field("data.text_cache", &JobConfig::data, &DataSpec::text_cache, V::string, "token file data.text is tokenized into when it is missing (default: $MESHRUN_CACHE_DIR/text-<hash>.<dtype>.bin)"));
   add(field("data.tokenizer", &JobConfig::data, &DataSpec::tokenizer, V::string, "tokenizer for data.text (tokenizer.json, .model or model directory; else byte-level), recorded for export and sample"));
   add(field("data.blend", &JobConfig::data, &DataSpec::blend, V::blend, "datasets mixed by weight: [[weight, path], ...]"));
   add(field("data.valid", &JobConfig::data, &DataSpec::valid, V::blend, "validation data: a path or [[weight, path], ...]"));
@@ -409,9 +411,36 @@ std::string location(const std::string& file, const toml::source_region& r) {
   return file + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
 }
 
+// Other trainers' names for meshrun's keys (Megatron-LM, Hugging Face, torchtitan), which no edit distance finds.
+std::string alias_of(std::string_view name) {
+  static const std::pair<std::string_view, std::string_view> kAliases[] = {
+      {"learning_rate", "training.lr"},        {"min_learning_rate", "training.min_lr"},
+      {"num_layers", "model.layers"},          {"num_hidden_layers", "model.layers"},
+      {"n_layers", "model.layers"},            {"hidden_size", "model.hidden"},
+      {"dim", "model.hidden"},                 {"ffn_hidden_size", "model.ffn_hidden"},
+      {"intermediate_size", "model.ffn_hidden"}, {"num_attention_heads", "model.heads"},
+      {"n_heads", "model.heads"},              {"num_key_value_heads", "model.kv_heads"},
+      {"num_query_groups", "model.kv_heads"},  {"n_kv_heads", "model.kv_heads"},
+      {"vocab_size", "model.vocab"},           {"num_experts", "model.experts"},
+      {"seq_length", "training.seq_len"},      {"max_position_embeddings", "training.seq_len"},
+      {"train_iters", "training.steps"},       {"max_steps", "training.steps"},
+      {"global_batch", "training.global_batch_size"}, {"micro_batch", "training.micro_batch_size"},
+      {"clip_grad", "training.grad_clip"},     {"max_norm", "training.grad_clip"},
+      {"tensor_model_parallel_size", "parallel.tp"}, {"pipeline_model_parallel_size", "parallel.pp"},
+      {"context_parallel_size", "parallel.cp"}, {"expert_model_parallel_size", "parallel.ep"},
+      {"data_path", "data.path"},              {"tokenizer_model", "data.tokenizer"},
+  };
+  for (const auto& [a, key] : kAliases)
+    if (a == name) return std::string(key);
+  return "";
+}
+
 std::string unknown_key_message(std::string_view section, std::string_view name) {
   std::vector<std::string> in_section;
   std::string elsewhere;  // the same name in another section ("tp" under [model])
+  if (std::string alias = alias_of(name); !alias.empty())
+    return "unknown key '" + std::string(name) + "' in [" + std::string(section) + "]; did you mean '" +
+           (alias.rfind(std::string(section) + ".", 0) == 0 ? alias.substr(section.size() + 1) : alias) + "'?";
   for (const auto& f : schema()) {
     std::string_view sec = std::string_view(f.info.key).substr(0, f.info.key.find('.'));
     std::string_view key = std::string_view(f.info.key).substr(f.info.key.find('.') + 1);
@@ -430,19 +459,35 @@ std::string site_only_message() {
          "a job cannot change what the site allows";
 }
 
+// Every problem of the file is reported, one located line each ("t.toml:3:1: unknown key 'layer' in [model];
+// did you mean 'layers'?"), not only the first; the file is applied only when it has none.
 void apply_table(Config& cfg, const toml::table& root, const std::string& file, SourceKind kind) {
   Config next = cfg;
+  // (line, column, message): reported in the file's order (the TOML tables iterate by key).
+  std::vector<std::tuple<uint32_t, uint32_t, std::string>> found;
+  auto problem = [&](const std::string& line) {
+    uint32_t l = 0, c = 0;  // parsed back from the "file:line:col: " the message starts with
+    if (line.rfind(file + ":", 0) == 0) std::sscanf(line.c_str() + file.size() + 1, "%u:%u", &l, &c);
+    found.emplace_back(l, c, line);
+  };
   for (auto&& [k, node] : root) {
     std::string section(k.str());
     std::string where = location(file, k.source());
     if (std::find(sections().begin(), sections().end(), section) == sections().end()) {
       std::string near = nearest(section, sections());
-      throw ConfigError(where + ": unknown section [" + section + "]" +
-                        (near.empty() ? "; sections are " + join(sections()) : "; did you mean [" + near + "]?"));
+      problem(where + ": unknown section [" + section + "]" +
+              (near.empty() ? "; sections are " + join(sections()) : "; did you mean [" + near + "]?"));
+      continue;
     }
     const toml::table* tbl = node.as_table();
-    if (!tbl) throw ConfigError(where + ": '" + section + "' must be a table; write [" + section + "] on its own line");
-    if (section == "site" && kind != SourceKind::site) throw ConfigError(where + ": " + site_only_message());
+    if (!tbl) {
+      problem(where + ": '" + section + "' must be a table; write [" + section + "] on its own line");
+      continue;
+    }
+    if (section == "site" && kind != SourceKind::site) {
+      problem(where + ": " + site_only_message());
+      continue;
+    }
     for (auto&& [kk, vnode] : *tbl) {
       std::string name(kk.str());
       std::string vwhere = location(file, vnode.source());
@@ -454,32 +499,60 @@ void apply_table(Config& cfg, const toml::table& root, const std::string& file, 
       else if (const Field* bf = find_field(section + "." + name); bf && bf->info.type == ValueType::blend && vnode.as_array()) {
         std::vector<BlendEntry> entries;
         toml::source_region at;
-        if (std::string why = blend_from_toml(*vnode.as_array(), &entries, &at); !why.empty())
-          throw ConfigError(location(file, at) + ": " + bf->info.key + ": " + why);
+        if (std::string why = blend_from_toml(*vnode.as_array(), &entries, &at); !why.empty()) {
+          problem(location(file, at) + ": " + bf->info.key + ": " + why);
+          continue;
+        }
         v = Scalar::of_list(std::move(entries));
       } else {
-        if (section == "env")
-          throw ConfigError(vwhere + ": env." + name + " must be a string; write " + name + " = \"value\"");
+        if (section == "env") {
+          problem(vwhere + ": env." + name + " must be a string; write " + name + " = \"value\"");
+          continue;
+        }
         const Field* f = find_field(section + "." + name);
-        if (!f) throw ConfigError(location(file, kk.source()) + ": " + unknown_key_message(section, name));
-        throw ConfigError(vwhere + ": " + f->info.key + " must be " + type_name(f->info.type) +
-                          ", got a " + (vnode.is_table() ? "table" : vnode.is_array() ? "array" : "date/time") +
-                          "; write " + example(*f));
+        if (!f) {
+          problem(location(file, kk.source()) + ": " + unknown_key_message(section, name));
+          continue;
+        }
+        problem(vwhere + ": " + f->info.key + " must be " + type_name(f->info.type) +
+                ", got a " + (vnode.is_table() ? "table" : vnode.is_array() ? "array" : "date/time") +
+                "; write " + example(*f));
+        continue;
       }
       if (section == "env") {
-        if (v.kind != Scalar::string)
-          throw ConfigError(vwhere + ": env." + name + " must be a string; write " + name + " = \"" +
-                            (v.kind == Scalar::integer ? std::to_string(v.i) : v.shown()) + "\"");
+        if (v.kind != Scalar::string) {
+          problem(vwhere + ": env." + name + " must be a string; write " + name + " = \"" +
+                  (v.kind == Scalar::integer ? std::to_string(v.i) : v.shown()) + "\"");
+          continue;
+        }
         next.job.env[name] = v.s;
         next.origins["env." + name] = Origin{kind, vwhere};
         continue;
       }
       const Field* f = find_field(section + "." + name);
-      if (!f) throw ConfigError(location(file, kk.source()) + ": " + unknown_key_message(section, name));
+      if (!f) {
+        problem(location(file, kk.source()) + ": " + unknown_key_message(section, name));
+        continue;
+      }
       std::string err = store(next.job, *f, v);
-      if (!err.empty()) throw ConfigError(vwhere + ": " + err);
+      if (!err.empty()) {
+        problem(vwhere + ": " + err);
+        continue;
+      }
       next.origins[f->info.key] = Origin{kind, vwhere};
     }
+  }
+  if (!found.empty()) {
+    std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+      return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+    });
+    // At most kMaxProblems lines, so that a file of garbage gives a bounded message, not one line per key.
+    constexpr size_t kMaxProblems = 8;
+    std::vector<std::string> problems;
+    for (size_t i = 0; i < found.size() && i < kMaxProblems; ++i) problems.push_back(std::move(std::get<2>(found[i])));
+    if (found.size() > kMaxProblems)
+      problems.push_back(file + ": " + std::to_string(found.size() - kMaxProblems) + " more problems not shown; fix the ones above first");
+    throw ConfigError(problems);  // each line cut on its own (ConfigError), joined by '\n'
   }
   next.files.push_back(file);
   cfg = std::move(next);
@@ -578,6 +651,34 @@ std::string suggest_key(std::string_view wrong) {
   return near;
 }
 
+// An unknown section.name of --set (or a flag): the suggestions a template gets for the same key.
+std::string unknown_set_key_message(const std::string& key) {
+  const std::string msg = "unknown key '" + key + "'";
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos || dot == 0) {
+    if (std::string alias = alias_of(key); !alias.empty()) return msg + "; did you mean '" + alias + "'?";
+    if (std::string near = suggest_key(key); !near.empty()) return msg + "; did you mean '" + near + "'?";
+    return msg + "; keys are section.name, e.g. parallel.tp";
+  }
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+  if (std::find(sections().begin(), sections().end(), section) == sections().end()) {
+    if (std::string alias = alias_of(name); !alias.empty()) return msg + "; did you mean '" + alias + "'?";
+    if (std::string near = suggest_key(key); !near.empty()) return msg + "; did you mean '" + near + "'?";
+    const std::string near = nearest(section, sections());
+    return msg + ": no section [" + section + "]" +
+           (near.empty() ? "; sections are " + join(sections()) : "; did you mean '" + near + "." + name + "'?");
+  }
+  // unknown_key_message's candidates for the section: a key of that name elsewhere, else the section's keys.
+  const std::string in_file = unknown_key_message(section, name);
+  const std::string head = "unknown key '" + name + "' in [" + section + "]";
+  std::string rest = in_file.substr(head.size());
+  if (rest.rfind("; did you mean '", 0) == 0) {
+    const std::string cand = rest.substr(16, rest.size() - 16 - 2);
+    return msg + "; did you mean '" + (cand.find('.') == std::string::npos ? section + "." + cand : cand) + "'?";
+  }
+  return msg + rest;  // "; valid keys: ..."
+}
+
 void apply_toml_text(Config& cfg, std::string_view text, const std::string& source_name, SourceKind kind) {
   toml::table root;
   try {
@@ -601,7 +702,7 @@ void apply_int(Config& cfg, const std::string& key, int64_t value, const Origin&
   std::string prefix = origin.where.empty() ? key : origin.where;
   if (key.rfind("site.", 0) == 0 && origin.kind != SourceKind::site) throw ConfigError(prefix + ": " + site_only_message());
   const Field* f = find_field(key);
-  if (!f) throw ConfigError(prefix + ": unknown key '" + key + "'; keys are section.name, e.g. parallel.tp");
+  if (!f) throw ConfigError(prefix + ": " + unknown_set_key_message(key));
   JobConfig next = cfg.job;
   std::string err = store(next, *f, Scalar::of_int(value));
   if (!err.empty()) throw ConfigError(prefix + ": " + err);
@@ -618,11 +719,7 @@ void apply_value(Config& cfg, const std::string& key, std::string_view value, co
   }
   if (key.rfind("site.", 0) == 0 && origin.kind != SourceKind::site) throw ConfigError(prefix + ": " + site_only_message());
   const Field* f = find_field(key);
-  if (!f) {
-    std::string near = suggest_key(key);
-    throw ConfigError(prefix + ": unknown key '" + key + "'" +
-                      (near.empty() ? "; keys are section.name, e.g. parallel.tp" : "; did you mean '" + near + "'?"));
-  }
+  if (!f) throw ConfigError(prefix + ": " + unknown_set_key_message(key));
   JobConfig next = cfg.job;
   Scalar parsed;
   try {

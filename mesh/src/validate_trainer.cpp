@@ -2,6 +2,7 @@
 // single-process trainer of meshrun-gpu-check) check the same ones the dry run, the launcher and the plugin do.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -91,6 +92,53 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
   if (cfg.training.eval_interval > 0 && d.valid.empty())
     p.push_back({"eval-valid", "training.eval_interval = " + s(cfg.training.eval_interval) +
                                    " needs validation data; set data.valid to a path or a blend (or eval_interval = 0)"});
+  return p;
+}
+
+std::vector<std::string> data_input_problems(const DataSpec& d,
+                                             const std::function<std::string(const std::string&)>& where) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> p;
+  auto exists = [](const std::string& f) {
+    std::error_code ec;
+    return fs::exists(f, ec);
+  };
+  auto at = [&](const std::string& key) {
+    const std::string w = where ? where(key) : "";
+    return w.empty() ? std::string() : w + ": ";
+  };
+  // A dataset path: the file, or a Megatron prefix whose PREFIX.bin is there.
+  auto dataset = [&](const std::string& key, const std::string& path, const std::string& fix) {
+    if (path.empty() || exists(path) || exists(path + ".bin")) return;
+    p.push_back(at(key) + key + " = " + path + ": no such file (" + key + " is read, never written); " + fix);
+  };
+  dataset("data.path", d.path,
+          std::string("point it at a token file or an indexed dataset (meshrun-tokenize makes one)") +
+              (d.text.empty() ? "" : ", or remove data.path (--set data.path=) to train on data.text = " + d.text));
+  for (const auto* blend : {&d.blend, &d.valid}) {
+    const std::string key = blend == &d.blend ? "data.blend" : "data.valid";
+    for (std::size_t i = 0; i < blend->size(); ++i)
+      if (const std::string& f = (*blend)[i].path; !f.empty() && !exists(f) && !exists(f + ".bin"))
+        p.push_back(at(key) + key + (blend->size() > 1 ? " entry " + std::to_string(i) : "") + ": token file " + f +
+                    ": no such file (" + key + " is read, never written); point it at a token file or an indexed "
+                    "dataset (meshrun-tokenize makes one)");
+  }
+  if (d.path.empty() && d.blend.empty() && !d.text.empty()) {
+    std::size_t start = 0;
+    while (start <= d.text.size()) {
+      const std::size_t comma = d.text.find(',', start);
+      const std::string part = d.text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (!part.empty() && !exists(part))
+        p.push_back(at("data.text") + "data.text input " + part +
+                    ": no such file or directory; check data.text (UTF-8 files or directories, comma-separated)");
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    if (!d.tokenizer.empty() && !exists(d.tokenizer))
+      p.push_back(at("data.tokenizer") + "data.tokenizer = " + d.tokenizer +
+                  ": no such file or directory; point it at a tokenizer.json, a SentencePiece .model or a model "
+                  "directory (or remove it for byte-level tokens)");
+  }
   return p;
 }
 

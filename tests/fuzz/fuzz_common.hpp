@@ -3,6 +3,7 @@
 #pragma once
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +54,17 @@ struct ScratchCleanup {
 // An error message the CLI prints: non-empty, bounded, one line when its input had no line break.
 inline bool one_line_message(const std::string& m, bool input_had_newline) {
   return !m.empty() && m.size() < 2048 && (input_had_newline || m.find('\n') == std::string::npos);
+}
+// A message of several problems (a template's: at most 8 and a "more problems" line): each line one problem.
+inline bool bounded_lines_message(const std::string& m, size_t max_lines) {
+  size_t lines = 0, start = 0;
+  while (start <= m.size()) {
+    const size_t nl = std::min(m.find('\n', start), m.size());
+    if (nl == start || nl - start >= 2048) return false;
+    ++lines;
+    start = nl + 1;
+  }
+  return !m.empty() && lines <= max_lines;
 }
 
 }  // namespace meshrun::fuzz

@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     apply_toml_text(cfg, in, "fuzz.toml", SourceKind::template_file);
   } catch (const ConfigError& e) {
-    FUZZ_CHECK(fuzz::one_line_message(e.what(), true), "ConfigError message");
+    FUZZ_CHECK(fuzz::bounded_lines_message(e.what(), 9), "ConfigError message (at most 8 problems and a count)");
     FUZZ_CHECK(snapshot(cfg.job) == snapshot(Config{}.job), "a failed template changed the defaults");
     return 0;
   }

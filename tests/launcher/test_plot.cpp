@@ -171,3 +171,27 @@ TEST_CASE("plot: panels follow the data; the same input gives the same bytes") {
   const std::string t = render_svg(files, titled);
   CHECK(t.find("a &lt;b&gt; &amp; &quot;c&quot;\\x1b") != std::string::npos);
 }
+
+// Issue 47 item 10: files of one name are told apart by their directories; --label names them instead.
+TEST_CASE("plot: runs of the same file name are labelled by their directories") {
+  auto names = [](std::vector<std::string> paths, std::vector<std::string> labels = {}) {
+    std::vector<MetricsFile> files;
+    for (auto& p : paths) {
+      MetricsFile f;
+      f.path = p;
+      files.push_back(f);
+    }
+    name_runs(files, labels);
+    std::vector<std::string> out;
+    for (auto& f : files) out.push_back(f.name);
+    return out;
+  };
+  REQUIRE(names({"ck1/metrics.jsonl", "ck2/metrics.jsonl"}) == std::vector<std::string>{"ck1/metrics.jsonl", "ck2/metrics.jsonl"});
+  REQUIRE(names({"a/run/m.jsonl", "b/run/m.jsonl", "x.jsonl"}) ==
+          std::vector<std::string>{"a/run/m.jsonl", "b/run/m.jsonl", "x.jsonl"});
+  REQUIRE(names({"tp2.jsonl", "dir/pp2.jsonl"}) == std::vector<std::string>{"tp2.jsonl", "pp2.jsonl"});
+  REQUIRE(names({"/r/m.jsonl", "m.jsonl"}) == std::vector<std::string>{"r/m.jsonl", "m.jsonl"});
+  REQUIRE(names({"m.jsonl", "m.jsonl"}) == std::vector<std::string>{"m.jsonl", "m.jsonl #2"});
+  REQUIRE(names({"ck1/metrics.jsonl", "ck2/metrics.jsonl"}, {"base", "lr 1e-3"}) ==
+          std::vector<std::string>{"base", "lr 1e-3"});
+}

@@ -1,6 +1,8 @@
 // Templates and layered configuration: located errors, did-you-mean, sources of values.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "meshrun/config.hpp"
 #include "meshrun/hostlist.hpp"
 
@@ -292,4 +294,54 @@ TEST_CASE("data.blend and data.valid: [[weight, path], ...] arrays or a path, lo
   REQUIRE_THROWS_WITH(apply_set(back, "data.blend=[[0.5, \"a\"]"),
                       Catch::StartsWith("--set data.blend=[[0.5, \"a\"]: data.blend = [[0.5, \"a\"]: "));
   REQUIRE(error_of("[training]\neval_batches = 0\n").find("training.eval_batches = 0 must be at least 1") != std::string::npos);
+}
+
+// Issue 47 item 7: every problem of a template, one located line each, in the file's order; nothing applied.
+TEST_CASE("config: every unknown key of a template is reported, one line each") {
+  Config cfg;
+  std::string msg;
+  try {
+    apply_toml_text(cfg, "[model]\nlayer = 4\n[training]\nstep = 60\nlearning_rate = 1e-3\n[parallel]\ntp = 2\n", "t.toml",
+                    SourceKind::template_file);
+  } catch (const ConfigError& e) {
+    msg = e.what();
+  }
+  REQUIRE(msg ==
+          "t.toml:2:1: unknown key 'layer' in [model]; did you mean 'layers'?\n"
+          "t.toml:4:1: unknown key 'step' in [training]; did you mean 'steps'?\n"
+          "t.toml:5:1: unknown key 'learning_rate' in [training]; did you mean 'lr'?");
+  REQUIRE(cfg.files.empty());  // the file with problems is not applied (tp = 2 is not stored)
+  REQUIRE(cfg.job.parallel.tp != 2);
+  // Each line is escaped on its own: a key with a newline stays on its line.
+  REQUIRE(error_of("[model]\n\"a\\nb\" = 1\nlayer = 2\n") ==
+          "t.toml:2:1: unknown key 'a\\nb' in [model]; valid keys: " + error_of("[model]\nzzzzzzzzzz = 1\n").substr(
+              error_of("[model]\nzzzzzzzzzz = 1\n").find("valid keys: ") + 12) + "\n"
+          "t.toml:3:1: unknown key 'layer' in [model]; did you mean 'layers'?");
+  // At most 8 problems, then a count: a file of garbage gives a bounded message.
+  std::string many = "[model]\n";
+  for (int i = 0; i < 12; ++i) many += "zz" + std::to_string(i) + "zz = 1\n";
+  const std::string m = error_of(many);
+  REQUIRE(std::count(m.begin(), m.end(), '\n') == 8);
+  REQUIRE(m.find("t.toml:9:1: unknown key 'zz7zz'") != std::string::npos);
+  REQUIRE(m.find("zz8zz") == std::string::npos);
+  REQUIRE(m.substr(m.rfind('\n') + 1) == "t.toml: 4 more problems not shown; fix the ones above first");
+}
+
+// Issue 47 item 9: an unknown --set key gets a template key's suggestions.
+TEST_CASE("config: --set keys get did-you-mean as template keys do") {
+  auto set_error = [](const std::string& a) {
+    Config cfg;
+    try {
+      apply_set(cfg, a);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  REQUIRE(set_error("training.learning_rate=1e-3") ==
+          "--set training.learning_rate=1e-3: unknown key 'training.learning_rate'; did you mean 'training.lr'?");
+  REQUIRE(set_error("model.tp=2") == "--set model.tp=2: unknown key 'model.tp'; did you mean 'parallel.tp'?");
+  REQUIRE(set_error("parallel.tpp=2") == "--set parallel.tpp=2: unknown key 'parallel.tpp'; did you mean 'parallel.tp'?");
+  REQUIRE(set_error("training.zzzzzz=1").find("unknown key 'training.zzzzzz'; valid keys: seq_len, ") != std::string::npos);
+  REQUIRE(set_error("traning.steps=4") == "--set traning.steps=4: unknown key 'traning.steps'; did you mean 'training.steps'?");
 }

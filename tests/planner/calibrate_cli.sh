@@ -24,7 +24,7 @@ expect 2 "one rank measures no MPI link" "meshrun-bench-device refuses one rank"
 
 mkdir -p "$DIR/text"
 write_lcg_corpus "$DIR/text/corpus.txt"
-common=(--set data.text="$DIR/text" --set data.path="$DIR/corpus.bin" --set training.steps=8)
+common=(--set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin" --set training.steps=8)
 run() {  # NAME RANKS ARGS...: a metrics file of tiny
   local name=$1 np=$2; shift 2
   "${MPI[@]}" -np "$np" "$TRAIN" "$TEMPLATE" "${common[@]}" --set cluster.gpus_per_node="$np" "$@" \

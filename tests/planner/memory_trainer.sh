@@ -44,7 +44,7 @@ print("stage=" + m["stage"] if m["stage"] != "first" else "%.4f" % ((m["activati
 }
 # train_mib ARGS...: rank 0's "activations X MiB" after the first step.
 train_mib() {
-  "${MPI[@]}" -np 2 "$TRAIN" "$T" --set data.text="$DIR/text" --set data.path="$DIR/corpus.bin" --no-metrics "$@" \
+  "${MPI[@]}" -np 2 "$TRAIN" "$T" --set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin" --no-metrics "$@" \
     >"$DIR/train.log" 2>&1 || { tail -5 "$DIR/train.log" | sed 's/^/     | /' >&2; return 1; }
   sed -n 's/.*; activations \([0-9.]*\) MiB;.*/\1/p' "$DIR/train.log" | head -1
 }

@@ -13,7 +13,7 @@ source "$(dirname "$0")/cli_lib.sh"
 
 mkdir -p "$DIR/text"
 write_lcg_corpus "$DIR/text/corpus.txt"
-common=(--set data.text="$DIR/text" --set data.path="$DIR/corpus.bin")
+common=(--set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin")
 for dt in fp32 bf16; do
   if ! "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" "${common[@]}" --set training.dtype=$dt --metrics "$DIR/$dt.jsonl" \
       >"$DIR/$dt.log" 2>&1; then

@@ -16,7 +16,7 @@ DIR=$(mktemp -d /tmp/meshrun-ckpt-integrity-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/cli_lib.sh"
 write_lcg_corpus "$DIR/corpus.txt"
-RUN=("${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt"
+RUN=("${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" --set data.text_cache="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt"
      --set parallel.tp=2 --set training.global_batch_size=8)
 
 expect 0 "checkpoint committed: .*step-4" "a 4-step run saves step-2 and step-4" -- "${RUN[@]}" --set training.steps=4 \

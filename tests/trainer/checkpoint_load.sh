@@ -15,7 +15,7 @@ DIR=$(mktemp -d /tmp/meshrun-ckpt-load-XXXXXX)
 trap 'umount "$DIR/tmpfs" 2>/dev/null; rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/cli_lib.sh"
 write_lcg_corpus "$DIR/corpus.txt"
-RUN=("${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt"
+RUN=("${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" --set data.text_cache="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt"
      --set training.global_batch_size=8 --set training.steps=4 --set checkpoint.interval=2)
 # step, loss, grad_norm, lr of every metrics line (shortest round-trip text: equal text = equal bits)
 numbers() { sed -n '/"record":"step"/s/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),"lr":\([^,]*\),.*/\1 \2 \3 \4/p' "$1"; }

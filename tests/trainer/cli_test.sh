@@ -12,7 +12,7 @@ losses() { sed -n '/"record":"step"/s/.*"loss":\([0-9.e+-]*\).*/\1/p' "$1"; }
 
 # 1. The demo: TP 2 x DP 2, ZeRO-1 on 4 ranks; corpus built at run time from the Debian license texts.
 expect 0 "step    20/20" "tiny.toml trains on 4 ranks" -- "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" \
-  --set data.text=/usr/share/common-licenses --set data.path="$DIR/corpus.bin" --set training.steps=20 \
+  --set data.text=/usr/share/common-licenses --set data.text_cache="$DIR/corpus.bin" --set training.steps=20 \
   --set checkpoint.save="$DIR/tiny.safetensors" --metrics "$DIR/m.jsonl"
 lines=$(grep -c '"record":"step"' "$DIR/m.jsonl" 2>/dev/null)
 [[ $lines -eq 20 && $(wc -l <"$DIR/m.jsonl") -eq 21 ]] && head -1 "$DIR/m.jsonl" | grep -q '^{"record":"run","schema":1,' &&
@@ -86,10 +86,10 @@ expect 2 "2·cp = 4" "a seq_len the zigzag split cannot cut is refused" -- "${MP
 # 3. Bad input: one line, exit 2.
 expect 2 "needs 4 ranks but MPI started 2" "world size differs from the layout" -- "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" \
   --set parallel.tp=2 --set parallel.dp=2 --set data.path="$DIR/corpus.bin"
-expect 2 "No such file" "missing token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set data.text= \
+expect 2 "none.bin: no such file" "missing token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set data.text= \
   --set data.path="$DIR/none.bin"
 expect 2 "missing.txt" "missing data.text input" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 \
-  --set data.text="$DIR/missing.txt" --set data.path="$DIR/none.bin"
+  --set data.text="$DIR/missing.txt" --set data.text_cache="$DIR/none.bin"
 [[ ! -e $DIR/none.bin ]] && pass "no partial token file left behind" || bad "a token file was left behind"
 : >"$DIR/empty.bin"
 expect 2 "is empty" "empty token file" -- "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set data.path="$DIR/empty.bin"

@@ -16,7 +16,7 @@ source "$(dirname "$0")/cli_lib.sh"
 mkdir -p "$DIR/text"
 write_lcg_corpus "$DIR/text/corpus.txt"
 
-common=(--set data.text="$DIR/text" --set data.path="$DIR/corpus.bin" --set training.steps=8)
+common=(--set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin" --set training.steps=8)
 run() {  # NAME TEMPLATE ARGS...
   local name=$1 tpl=$2; shift 2
   if ! "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATES/$tpl" "${common[@]}" "$@" --metrics "$DIR/$name.jsonl" >"$DIR/$name.log" 2>&1; then

@@ -11,7 +11,7 @@ DIR=$(mktemp -d /tmp/meshrun-metrics-XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/cli_lib.sh"
 write_lcg_corpus "$DIR/corpus.txt"
-RUN=("${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt"
+RUN=("${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" --set data.text_cache="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt"
      --set parallel.tp=2 --set parallel.dp=1 --set training.global_batch_size=8 --set training.steps=4)
 
 # records FILE: one word per line, "run:START" or "step:N", in file order.

@@ -20,7 +20,7 @@ done
 
 # 2. tiny-moe: DP 4 x EP 4 on 4 ranks, 20 steps; the loss falls and the MoE metrics are there.
 expect 0 "expert tokens max" "tiny-moe trains on 4 ranks with ep = 4" -- "${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATES/tiny-moe.toml" \
-  --set data.text=/usr/share/common-licenses --set data.path="$DIR/corpus.bin" --set training.steps=20 \
+  --set data.text=/usr/share/common-licenses --set data.text_cache="$DIR/corpus.bin" --set training.steps=20 \
   --set checkpoint.save="$DIR/a.safetensors" --metrics "$DIR/m.jsonl"
 for key in aux_loss expert_tokens_max expert_tokens_mean a2a_bytes; do
   grep -q "\"$key\":" "$DIR/m.jsonl" && pass "metrics have \"$key\"" || bad "metrics lack \"$key\""

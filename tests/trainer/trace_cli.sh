@@ -16,7 +16,7 @@ trap 'rm -rf "$DIR"' EXIT
 source "$HERE/cli_lib.sh"
 write_lcg_corpus "$DIR/corpus.txt"
 LAYOUT=(--no-site --set parallel.tp=1 --set parallel.pp=2 --set training.steps=3)
-RUN=("${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" --set data.path="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt" "${LAYOUT[@]}")
+RUN=("${MPI[@]}" -np 4 "$TRAIN" "$TEMPLATE" --set data.text_cache="$DIR/corpus.bin" --set data.text="$DIR/corpus.txt" "${LAYOUT[@]}")
 CHECK=(python3 "$HERE/trace_check.py")
 
 # expect_one_line CODE PATTERN WHAT -- command: exit CODE and exactly one line on stderr holding PATTERN.

@@ -13,7 +13,7 @@ fail=0
 pass() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 host=$(hostname)
-"${MPI[@]}" -np 1 "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set training.steps=1 --set data.path="$DIR/corpus.bin" >/dev/null 2>&1 ||
+"${MPI[@]}" -np 1 "$TRAIN" "$TEMPLATE" --set parallel.tp=1 --set training.steps=1 --set data.text_cache="$DIR/corpus.bin" >/dev/null 2>&1 ||
   { echo "FAIL could not build the corpus"; exit 1; }
 
 # 1. Rank 1 exits before MPI_Init.

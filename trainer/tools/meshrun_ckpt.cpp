@@ -107,9 +107,14 @@ int export_command(int argc, char** argv) {
   std::printf("meshrun-ckpt: wrote the Hugging Face model directory %s (%lld bytes, %d weight file%s) from %s: %s\n",
               shown(out).c_str(), static_cast<long long>(r.bytes), r.shards, r.shards == 1 ? "" : "s", shown(path).c_str(),
               shown(files).c_str());
+  // Byte-level only when the vocabulary is the 256 bytes: a larger one's ids came from a tokenizer (or are unused).
+  if (r.tokenizer_files.empty() && note.empty())
+    note = r.vocab > 256 ? " (no --tokenizer and no data.tokenizer in the run, and its model.vocab = " + std::to_string(r.vocab) +
+                               " is more than the 256 byte ids: the ids are not bytes unless its data was; give --tokenizer "
+                               "with the tokenizer that made its data)"
+                         : " (no --tokenizer and no data.tokenizer in the run: a byte-level run's ids are bytes 0-255)";
   if (r.tokenizer_files.empty())
-    std::printf("meshrun-ckpt: no tokenizer files%s\n",
-                note.empty() ? " (no --tokenizer and no data.tokenizer in the run: a byte-level run's ids are bytes 0-255)" : note.c_str());
+    std::printf("meshrun-ckpt: no tokenizer files%s\n", note.c_str());
   else
     std::printf("meshrun-ckpt: tokenizer files from %s\n", shown(tokenizer).c_str());
   return 0;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace meshrun {
 
@@ -41,5 +42,10 @@ std::string cut_value(std::string_view value, size_t max_chars = 60);
 // and the plugin to what they print, so a message is always one printable line, and at most 1536 bytes (a
 // longer one is cut at a character or escape boundary and ends in "…"). Applying it twice gives the same text.
 std::string cut_long_values(std::string_view message);
+// Several messages, each cut by cut_long_values (so none holds a newline), joined by '\n'.
+std::string cut_lines(const std::vector<std::string>& messages);
+// `message` printed line by line: each '\n'-separated line cut by cut_long_values and prefixed with `prefix`,
+// each ending in '\n' (a ConfigError of several problems is one line each).
+std::string message_lines(std::string_view prefix, std::string_view message);
 
 }  // namespace meshrun

@@ -21,6 +21,9 @@ namespace meshrun {
 // Command-line front ends print it and exit 2.
 struct ConfigError : std::runtime_error {
   explicit ConfigError(const std::string& message) : std::runtime_error(cut_long_values(message)) {}
+  // Several problems, one line each (each cut on its own; what() joins them with '\n'). Front ends print
+  // each line with their prefix (message_lines, bounded_file.hpp).
+  explicit ConfigError(const std::vector<std::string>& lines) : std::runtime_error(cut_lines(lines)) {}
 };
 
 enum class SourceKind { defaults, site, template_file, environment, flag, set };
@@ -50,6 +53,9 @@ struct KeyInfo {
 const std::vector<KeyInfo>& config_keys();
 // Nearest valid key for a misspelled one ("" when nothing is close).
 std::string suggest_key(std::string_view wrong);
+// "unknown key 'training.learning_rate'; did you mean 'training.lr'?": the candidates a template's key gets
+// (another trainer's name, the nearest key, the same name in another section, else the section's keys).
+std::string unknown_set_key_message(const std::string& key);
 
 // Layer operations. Each throws ConfigError (one line, located) on bad input and leaves `cfg` unchanged.
 void apply_toml_file(Config& cfg, const std::string& path, SourceKind kind);

@@ -107,10 +107,12 @@ struct BlendEntry {
 };
 
 struct DataSpec {
-  std::string path;                   // raw token file (.bin), or a Megatron indexed dataset (PREFIX[.bin|.idx])
+  std::string path;                   // input only: raw token file (.bin), or a Megatron indexed dataset (PREFIX[.bin|.idx])
   std::string token_dtype = "uint16"; // uint16 | uint32 (raw files; indexed datasets name their own)
   bool shuffle = false;
-  std::string text;                   // optional UTF-8 corpus to tokenize
+  std::string text;                   // optional UTF-8 corpus to tokenize (used when data.path and data.blend are empty)
+  std::string text_cache;             // the token file data.text is tokenized into when missing ("" = the cache
+                                      // directory's text-<hash>.<dtype>.bin)
   std::string tokenizer;              // tokenizer.json, SentencePiece .model or model directory: tokenizes data.text
                                       // (else byte-level); recorded in checkpoints for export and sample
   std::vector<BlendEntry> blend;      // [[weight, path], ...]: datasets mixed by weight (instead of path)

@@ -2,6 +2,7 @@
 // Pure values and functions: nothing here reads files or the environment.
 #pragma once
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -105,6 +106,15 @@ bool is_layout_rule(std::string_view name);
 std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& layout,
                                       std::vector<std::string>* checks_run = nullptr);
 bool is_trainer_rule(std::string_view name);
+
+// The input files of the job's data (docs/trainer.md, "Data"), checked where they are named: data.path (read as
+// given, never written; a Megatron PREFIX with PREFIX.bin/.idx counts), each data.blend and data.valid entry, and,
+// when neither data.path nor data.blend is set, each data.text input and data.tokenizer. One line per missing
+// file, naming the key and the fix; `where` gives the source of a key ("--set data.path=x", "" for none).
+// meshrun-train, `meshrun plan`, `run` and `sbatch` refuse a job with any (exit 2). Not a rule: it reads the
+// filesystem, so only where the job starts.
+std::vector<std::string> data_input_problems(const DataSpec& data,
+                                             const std::function<std::string(const std::string&)>& where = {});
 
 // Which rules a job is held to. Any program's job: the layout's (is_layout_rule). A template's: also its model's
 // and batch's (the rest of validate). A job of meshrun-train (a template it trains, or `meshrun run`/`sbatch` of

@@ -151,7 +151,8 @@ std::string checkpoint_tokenizer(const std::string& path) {
   return it->get<std::string>();
 }
 
-std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, const std::string& outdir, std::int64_t vocab) {
+std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, const std::string& outdir, std::int64_t vocab,
+                                                SpecialTokenIds* special) {
   if (tokenizer.empty()) return {};
   std::unique_ptr<Tokenizer> tok;
   try {
@@ -167,14 +168,26 @@ std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, co
   const TokenizerFiles files = tokenizer_files(tokenizer);
   std::vector<std::pair<fs::path, std::string>> copy{{files.tokenizer, files.hf_json ? "tokenizer.json" : "tokenizer.model"}};
   if (!files.config.empty()) copy.push_back({files.config, "tokenizer_config.json"});
-  const fs::path special = fs::path(files.tokenizer).parent_path() / "special_tokens_map.json";
-  if (files.hf_json && fs::exists(special)) copy.push_back({special, "special_tokens_map.json"});
+  const fs::path special_map = fs::path(files.tokenizer).parent_path() / "special_tokens_map.json";
+  if (files.hf_json && fs::exists(special_map)) copy.push_back({special_map, "special_tokens_map.json"});
+  if (special) *special = {tok->bos_id(), tok->eos_id(), tok->pad_id()};
   std::vector<std::string> names;
   for (const auto& [from, name] : copy) {
     std::error_code ec;
     fs::copy_file(from, fs::path(outdir) / name, fs::copy_options::overwrite_existing, ec);
     if (ec) throw CheckpointError("cannot copy " + from.string() + " into the export: " + ec.message());
     names.push_back(name);
+  }
+  // A SentencePiece model defines its special tokens inside the .model: transformers' LlamaTokenizer would
+  // otherwise assume <s>, </s> and <unk>, so their pieces are written as special_tokens_map.json.
+  if (!files.hf_json) {
+    json map = json::object();
+    const std::pair<const char*, std::optional<std::uint32_t>> named[] = {
+        {"bos_token", tok->bos_id()}, {"eos_token", tok->eos_id()}, {"unk_token", tok->unk_id()}, {"pad_token", tok->pad_id()}};
+    for (const auto& [key, id] : named)
+      if (id && !tok->token_text(*id).empty()) map[key] = tok->token_text(*id);
+    write_file_atomic((fs::path(outdir) / "special_tokens_map.json").string(), map.dump(2) + "\n");
+    names.push_back("special_tokens_map.json");
   }
   return names;
 }
@@ -222,11 +235,14 @@ HfExport export_hf_directory(const std::string& path, const std::string& outdir,
       r.bytes += static_cast<std::int64_t>(text.size());
     };
     if (n > 1) write_text(kHfIndexFile, json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
-    write_text(kHfConfigFile, hf_config_text(model, seq_len, m.dtype));
-    write_text(kHfGenerationConfigFile, hf_generation_config_text());
-    r.tokenizer_files = export_tokenizer_files(tokenizer, tmp, model.vocab);
+    // The tokenizer first: config.json takes its special token ids.
+    SpecialTokenIds special;
+    r.tokenizer_files = export_tokenizer_files(tokenizer, tmp, model.vocab, &special);
+    write_text(kHfConfigFile, hf_config_text(model, seq_len, m.dtype, special));
+    write_text(kHfGenerationConfigFile, hf_generation_config_text(special));
     r.files.insert(r.files.end(), r.tokenizer_files.begin(), r.tokenizer_files.end());
     r.shards = n;
+    r.vocab = model.vocab;
     fs::remove(outdir, ec);  // an empty directory given as the target
     fs::rename(tmp, outdir);
     fsync_path(fs::absolute(outdir).parent_path().string(), true);

@@ -34,7 +34,12 @@ std::string num(double v) { return json(v).dump(); }  // the shortest text that 
 
 // The fields and their meaning: transformers' LlamaConfig and MixtralConfig (configuration_llama.py,
 // configuration_mixtral.py), as their modeling files use them (docs/trainer.md cites both).
-std::string hf_config_text(const ModelSpec& m, int max_positions, const std::string& safetensors_dtype) {
+namespace {
+json id_or_null(const std::optional<std::uint32_t>& id) { return id ? json(*id) : json(nullptr); }
+}  // namespace
+
+std::string hf_config_text(const ModelSpec& m, int max_positions, const std::string& safetensors_dtype,
+                           const SpecialTokenIds& special) {
   const bool moe = m.experts > 0;
   json c = json::object();
   c["architectures"] = {moe ? "MixtralForCausalLM" : "LlamaForCausalLM"};
@@ -55,10 +60,11 @@ std::string hf_config_text(const ModelSpec& m, int max_positions, const std::str
   c["attention_dropout"] = 0.0;
   c["initializer_range"] = 0.02;
   c["use_cache"] = true;
-  // The byte-level tokenizer has no special tokens: null, so that LlamaConfig's defaults (1, 2) do not apply.
-  c["bos_token_id"] = nullptr;
-  c["eos_token_id"] = nullptr;
-  c["pad_token_id"] = nullptr;
+  // The shipped tokenizer's special tokens; without one (byte-level) null, so that LlamaConfig's defaults (1, 2)
+  // do not apply.
+  c["bos_token_id"] = id_or_null(special.bos);
+  c["eos_token_id"] = id_or_null(special.eos);
+  c["pad_token_id"] = id_or_null(special.pad);
   c["torch_dtype"] = safetensors_dtype == "F64" ? "float64" : "float32";
   if (moe) {
     c["num_local_experts"] = m.experts;
@@ -75,9 +81,13 @@ std::string hf_config_text(const ModelSpec& m, int max_positions, const std::str
   return c.dump(2) + "\n";
 }
 
-std::string hf_generation_config_text() {
-  // GenerationConfig.from_model_config's form; no token ids (see bos_token_id above).
-  return json{{"_from_model_config", true}}.dump(2) + "\n";
+std::string hf_generation_config_text(const SpecialTokenIds& special) {
+  // GenerationConfig.from_model_config's form: the token ids config.json has, none when they are null.
+  json g{{"_from_model_config", true}};
+  if (special.bos) g["bos_token_id"] = *special.bos;
+  if (special.eos) g["eos_token_id"] = *special.eos;
+  if (special.pad) g["pad_token_id"] = *special.pad;
+  return g.dump(2) + "\n";
 }
 
 std::uint64_t parse_shard_size(const std::string& text) {

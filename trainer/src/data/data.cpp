@@ -39,7 +39,7 @@ TokenFile::TokenFile(const std::string& path, const std::string& token_dtype, st
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
   if (fd < 0)
     throw DataError("token file " + path + ": " + std::strerror(errno) +
-                    "; create it with meshrun-tokenize or set data.text to build it");
+                    "; point data.path at a token file (meshrun-tokenize makes one), or remove data.path to train on data.text");
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

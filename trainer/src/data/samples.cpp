@@ -70,9 +70,25 @@ class Blend final : public SampleSource {
 };
 
 // The token stream of one dataset, holding at least `min_tokens`.
+// Without a tokenizer the ids are bytes (sample and export decode them so): one >= 256 means the data was made
+// with a tokenizer that the run does not name.
+void check_byte_ids(const TokenStream& t, const std::string& path, const SampleSpec& s) {
+  if (!s.byte_level || s.vocab <= 256) return;
+  for (std::int64_t i = 0; i < t.tokens(); ++i)
+    if (const std::int32_t id = t.at(i); id >= 256)
+      throw DataError(path + ": token " + std::to_string(i) + " has id " + std::to_string(id) +
+                      " >= 256 but data.tokenizer is not set, so the run would be byte-level (sample and export read "
+                      "ids as bytes); set data.tokenizer to the tokenizer that made this data");
+}
+
 std::unique_ptr<TokenStream> open_stream(const std::string& path, const SampleSpec& s, std::int64_t batch) {
-  if (!is_indexed_dataset(path)) return std::make_unique<TokenFile>(path, s.token_dtype, s.vocab, s.seq_len, batch);
+  if (!is_indexed_dataset(path)) {
+    auto file = std::make_unique<TokenFile>(path, s.token_dtype, s.vocab, s.seq_len, batch);
+    check_byte_ids(*file, path, s);
+    return file;
+  }
   auto stream = std::make_unique<IndexedTokens>(path, s.vocab);
+  check_byte_ids(*stream, stream->dataset().prefix() + ".bin", s);
   const std::int64_t need = batch * s.seq_len + 1;
   if (stream->tokens() < need)
     throw DataError("indexed dataset " + stream->dataset().prefix() + " holds " + std::to_string(stream->tokens()) +
@@ -179,6 +195,7 @@ SampleSpec training_samples(const JobConfig& cfg, const std::string& token_file)
   s.global_batch = cfg.training.global_batch_size;
   s.shuffle = cfg.data.shuffle;
   s.seed = cfg.training.seed;
+  s.byte_level = cfg.data.tokenizer.empty();
   return s;
 }
 

@@ -103,14 +103,19 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-// Builds data.path from data.text when the token file is missing (rank 0 writes, the rest wait).
-// The token file: data.path, or without one the cache file data.text is tokenized into, so that a template
-// need not name a path relative to wherever it is run from: $MESHRUN_CACHE_DIR, else $XDG_CACHE_HOME/meshrun,
-// else ~/.cache/meshrun, as text-<hash>.<dtype>.bin, the hash over the text files' absolute paths, sizes and
-// modification times (a changed corpus gets a new file). Rank 0 decides and tells every rank.
+// data.text is tokenized only when no data.path is given (data.path is input only: never written, so a
+// mistyped path is refused, not filled from data.text).
+bool tokenizes_text(const JobConfig& cfg) { return cfg.data.path.empty() && !cfg.data.text.empty(); }
+
+// The token file: data.path as given, or the file data.text is tokenized into: data.text_cache, else a cache
+// file, so that a template need not name a path relative to wherever it is run from: $MESHRUN_CACHE_DIR, else
+// $XDG_CACHE_HOME/meshrun, else ~/.cache/meshrun, as text-<hash>.<dtype>.bin, the hash over the text files'
+// absolute paths, sizes and modification times (a changed corpus gets a new file). Rank 0 decides and tells
+// every rank.
 std::string token_file_path(const JobConfig& cfg, int rank) {
   namespace fs = std::filesystem;
-  if (!cfg.data.path.empty() || cfg.data.text.empty()) return cfg.data.path;
+  if (!tokenizes_text(cfg)) return cfg.data.path;
+  if (!cfg.data.text_cache.empty()) return cfg.data.text_cache;
   std::string path, err;
   if (rank == 0) {
     try {
@@ -164,7 +169,7 @@ void ensure_token_file(const JobConfig& cfg, const std::string& path, int rank) 
   // says it is complete.
   const bool with_tokenizer = !cfg.data.tokenizer.empty();
   const std::string done = with_tokenizer ? path.substr(0, path.size() - 4) + ".idx" : path;
-  if (rank == 0 && !path.empty() && !cfg.data.text.empty() && !fs::exists(done)) {
+  if (rank == 0 && !path.empty() && tokenizes_text(cfg) && !fs::exists(done)) {
     try {
       std::vector<std::string> inputs;
       std::stringstream ss(cfg.data.text);
@@ -224,7 +229,8 @@ void check_launcher_agrees(const std::map<std::string, std::string>& env, const 
 
 // The training samples (data.path, built from data.text first when asked, or data.blend) and, with data.valid,
 // the validation samples, opened on every rank.
-std::unique_ptr<SampleSource> open_sample_source(const JobConfig& cfg, int rank, bool validation) {
+// `line` receives rank 0's line naming the data read (its file, tokens and dtype), printed with the run's banner.
+std::unique_ptr<SampleSource> open_sample_source(const JobConfig& cfg, int rank, bool validation, std::string* line) {
   std::string path;
   if (!validation && cfg.data.blend.empty()) {
     path = token_file_path(cfg, rank);
@@ -238,6 +244,20 @@ std::unique_ptr<SampleSource> open_sample_source(const JobConfig& cfg, int rank,
     err = e.what();
   }
   if (!all_ok(err.empty())) throw InputError(err.empty() ? "the data failed to load on another rank" : err);
+  if (rank == 0 && line) {  // the first lines name the data read: its file, its size and its dtype
+    const std::vector<BlendEntry>& entries = validation ? cfg.data.valid : cfg.data.blend;
+    const std::string what = validation ? "validation data" : "data";
+    const std::string tokens = std::to_string(source->identity().tokens);
+    if (entries.size() > 1 || (!validation && !cfg.data.blend.empty())) {
+      *line = "meshrun-train: " + what + ": a blend of " + std::to_string(entries.size()) + " datasets (" +
+              (validation ? "data.valid" : "data.blend") + "), " + tokens + " tokens";
+    } else {
+      const std::string file = entries.empty() ? path : entries.front().path;
+      *line = "meshrun-train: " + what + ": " + file + ", " + tokens + " tokens, " +
+              (is_indexed_dataset(file) ? "a Megatron indexed dataset (dtype from its .idx)"
+                                        : cfg.data.token_dtype + " (raw token file, data.token_dtype)");
+    }
+  }
   return source;
 }
 
@@ -301,6 +321,30 @@ int resume(Trainer<T>& trainer, const std::string& path, const CheckpointSpec& c
   return start;
 }
 
+// checkpoint.load names weights (a .safetensors file or a Hugging Face model directory); a meshrun checkpoint
+// directory (checkpoint.dir's `latest` and step-N/, or one step-N/ with its manifest.json) is resumed through
+// checkpoint.dir instead, or exported first: the message says which ("" when `path` is not one).
+std::string meshrun_checkpoint_load_problem(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || is_hf_model_dir(path)) return "";
+  const fs::path p(path);
+  std::string dir;  // the checkpoint.dir it belongs to
+  if (fs::exists(p / "latest", ec)) dir = path;
+  else if (fs::exists(p / "manifest.json", ec)) dir = p.lexically_normal().parent_path().string();
+  else
+    for (const auto& e : fs::directory_iterator(p, ec))
+      if (e.path().filename().string().rfind("step-", 0) == 0 && fs::exists(e.path() / "manifest.json", ec)) {
+        dir = path;
+        break;
+      }
+  if (dir.empty()) return "";
+  return "checkpoint.load = " + path + " is a meshrun checkpoint directory, not weights to load: to resume it set "
+         "checkpoint.dir = " + (dir.empty() ? std::string(".") : dir) + " (checkpoint.resume = true, the default) and "
+         "remove checkpoint.load; to start a new run from its weights, export them (meshrun-ckpt export " + path +
+         " OUTDIR) and set checkpoint.load to OUTDIR (a Hugging Face directory) or to a .safetensors file";
+}
+
 // Step 0: the parameters from initialization, or from the weights of checkpoint.load.
 template <class T>
 void start_fresh(Trainer<T>& trainer, const JobConfig& cfg, int rank) {
@@ -313,11 +357,13 @@ void start_fresh(Trainer<T>& trainer, const JobConfig& cfg, int rank) {
                   ck.resume ? "; no checkpoint in checkpoint.dir" : "; checkpoint.resume = false");
     return;
   }
-  std::string err;
-  try {
-    trainer.load(ck.load);
-  } catch (const SafetensorsError& e) {
-    err = e.what();
+  std::string err = meshrun_checkpoint_load_problem(ck.load);
+  if (err.empty()) {
+    try {
+      trainer.load(ck.load);
+    } catch (const SafetensorsError& e) {
+      err = e.what();
+    }
   }
   if (!all_ok(err.empty())) throw InputError(err.empty() ? "loading the checkpoint failed on another rank" : err);
   if (rank == 0)
@@ -472,8 +518,10 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   Groups groups = make_mpi_groups(MPI_COMM_WORLD, grid);
   const std::vector<RankPlace> places = gather_places(MPI_COMM_WORLD, grid);
   Heartbeat heartbeat(MPI_COMM_WORLD, places, heartbeat_timeout_from_env());
-  const std::unique_ptr<SampleSource> samples = open_sample_source(cfg, rank, false);
-  const std::unique_ptr<SampleSource> valid = cfg.data.valid.empty() ? nullptr : open_sample_source(cfg, rank, true);
+  std::string data_line, valid_line;
+  const std::unique_ptr<SampleSource> samples = open_sample_source(cfg, rank, false, &data_line);
+  const std::unique_ptr<SampleSource> valid =
+      cfg.data.valid.empty() ? nullptr : open_sample_source(cfg, rank, true, &valid_line);
   Trainer<T> trainer(cfg, grid, rank, groups);
   const CheckpointSpec& ck = cfg.checkpoint;
   const int world = layout.world();
@@ -494,6 +542,8 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   if (rank == 0) {
     const PipelineSchedule kind = trainer.schedule().spec.kind;
     print_run_banner(cfg, layout, trainer.table().global_size(), kind, trainer.geometry().microbatches);
+    for (const std::string* l : {&data_line, &valid_line})
+      if (!l->empty()) std::printf("%s\n", l->c_str());
     print_utilization(util, metrics_to.path, metrics_to.why);
     std::printf("meshrun-train: %s\n", heartbeat.status().c_str());
     std::fflush(stdout);
@@ -646,6 +696,18 @@ int run(int argc, char** argv, int rank, int world) {
     const Resolution res = resolve_job(here, {RuleSet::trainer, world, nullptr, /*warnings=*/false});
     if (!res.ok()) throw InputError(res.problems.front().message);
   }
+  {
+    // The data's input files, before anything is written: one line per missing file (data_input_problems, as
+    // `meshrun plan`, `run` and `sbatch` check them). Every rank looks; all end together.
+    const auto missing = data_input_problems(cfg.data, [&config](const std::string& key) {
+      const Origin o = config.origin_of(key);
+      return o.kind == SourceKind::template_file || o.kind == SourceKind::site ? o.where : std::string();
+    });
+    if (!all_ok(missing.empty()))
+      throw ConfigError(missing.empty() ? std::vector<std::string>{"a data input file is missing on another rank; "
+                                                                   "put the data where every rank reads it"}
+                                        : missing);
+  }
   if (cfg.training.device == "cuda") throw InputError(cuda_refusal(cfg.training));
   try {
     (void)build_param_table(cfg.model, layout->tp, 0);
@@ -671,7 +733,7 @@ int train_main(int argc, char** argv) {
   try {
     code = run(argc, argv, rank, world);
   } catch (const ConfigError& e) {
-    if (rank == 0) std::fprintf(stderr, "meshrun-train: %s\n", cut_long_values(e.what()).c_str());
+    if (rank == 0) std::fputs(message_lines("meshrun-train: ", e.what()).c_str(), stderr);
     code = 2;
   } catch (const InputError& e) {
     // Input errors echo file names, tensor names and values: escaped so each stays one printable line.

@@ -42,6 +42,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<std::uint32_t> bos_id() const override { return id_or_none(sp_.bos_id()); }
   std::optional<std::uint32_t> eos_id() const override { return id_or_none(sp_.eos_id()); }
   std::size_t vocab_size() const override { return static_cast<std::size_t>(sp_.GetPieceSize()); }
+  std::optional<std::uint32_t> pad_id() const override { return id_or_none(sp_.pad_id()); }
+  std::optional<std::uint32_t> unk_id() const override { return id_or_none(sp_.unk_id()); }
+  std::string token_text(std::uint32_t id) const override {
+    return id < vocab_size() ? sp_.IdToPiece(static_cast<int>(id)) : std::string();
+  }
 
  private:
   static std::optional<std::uint32_t> id_or_none(int id) {

@@ -24,6 +24,7 @@
 
 #include "meshrun/bounded_file.hpp"
 #include "meshrun/job.hpp"
+#include "meshrun/train/checkpoint/hf_model.hpp"
 #include "meshrun/train/run/trainer.hpp"
 
 namespace meshrun::train {
@@ -161,6 +162,7 @@ struct HfExport {
   std::vector<std::string> tokenizer_files;  // of those, the tokenizer's (none without --tokenizer)
   std::int64_t bytes = 0;
   int shards = 0;
+  std::int64_t vocab = 0;  // the model's vocabulary (model.vocab)
 };
 // tokenizer: a tokenizer.json, SentencePiece .model or model directory to ship with the weights ("": none).
 HfExport export_hf_directory(const std::string& path, const std::string& outdir, std::uint64_t max_shard_bytes,
@@ -170,7 +172,9 @@ std::string checkpoint_tokenizer(const std::string& path);
 
 // A tokenizer's files copied into outdir under the names transformers reads (tokenizer.json with the
 // tokenizer_config.json and special_tokens_map.json beside it, or tokenizer.model); returns their names.
-// Refused in one line when it does not load or its vocabulary exceeds `vocab`.
-std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, const std::string& outdir, std::int64_t vocab);
+// Refused in one line when it does not load or its vocabulary exceeds `vocab`. A SentencePiece model's special
+// pieces go into a special_tokens_map.json; `special` (when given) receives its BOS, EOS and pad ids.
+std::vector<std::string> export_tokenizer_files(const std::string& tokenizer, const std::string& outdir, std::int64_t vocab,
+                                                SpecialTokenIds* special = nullptr);
 
 }  // namespace meshrun::train

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,15 @@ inline constexpr std::uint64_t kHfDefaultShardBytes = 5'000'000'000ULL;
 // config.json of model m (LlamaForCausalLM, or MixtralForCausalLM when m.experts > 0): every field the
 // forward pass depends on, written explicitly so that no transformers default decides it.
 // max_positions: max_position_embeddings (the sequence length the model was trained at).
-std::string hf_config_text(const ModelSpec& m, int max_positions, const std::string& safetensors_dtype);
-std::string hf_generation_config_text();
+// The special token ids of the tokenizer shipped with an export (none: null in config.json, as for the
+// byte-level tokenizer, so that LlamaConfig's defaults 1 and 2 do not apply).
+struct SpecialTokenIds {
+  std::optional<std::uint32_t> bos, eos, pad;
+};
+std::string hf_config_text(const ModelSpec& m, int max_positions, const std::string& safetensors_dtype,
+                           const SpecialTokenIds& special = {});
+// generation_config.json: GenerationConfig.from_model_config's form, with the ids config.json has.
+std::string hf_generation_config_text(const SpecialTokenIds& special = {});
 
 // "--max-shard-size" values: bytes, or a number with KB/MB/GB (10^3..) or KiB/MiB/GiB (2^10..), as
 // transformers' convert_file_size_to_int reads them. Throws SafetensorsError (one line) on anything else.

@@ -64,6 +64,9 @@ struct SampleSpec {
   bool shuffle = false;
   std::uint64_t seed = 0;
   std::string key = "data.path";  // the config key named in errors
+  // No data.tokenizer: meshrun-ckpt sample and export read the ids as bytes, so an id >= 256 (with a model.vocab
+  // above 256) is refused at open, naming data.tokenizer as the fix.
+  bool byte_level = false;
 };
 
 // The sample source of `spec`: its files opened (DataError in one line naming the file and the fix).

@@ -31,6 +31,11 @@ class Tokenizer {
   virtual std::optional<std::uint32_t> bos_id() const = 0;
   virtual std::optional<std::uint32_t> eos_id() const = 0;
   virtual std::size_t vocab_size() const = 0;  // largest id + 1, added tokens included
+  // Further special tokens the tokenizer defines (SentencePiece's pad and unk; none by default), and the text of
+  // a special token's id (SentencePiece's piece; "" when unknown), for the export's config files.
+  virtual std::optional<std::uint32_t> pad_id() const { return std::nullopt; }
+  virtual std::optional<std::uint32_t> unk_id() const { return std::nullopt; }
+  virtual std::string token_text(std::uint32_t /*id*/) const { return ""; }
 };
 
 // The files a tokenizer is made of, decided here only (load_tokenizer reads them, meshrun-train's token cache key
