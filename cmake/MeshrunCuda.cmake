@@ -1,10 +1,24 @@
-# MESHRUN_CUDA = AUTO | ON | OFF decides whether the CUDA backend (device/) is built; sets MESHRUN_HAVE_CUDA.
-# It needs nvcc, cuBLASLt, the CUDA runtime (linked statically) and NCCL; all of them come with the CUDA
-# toolkit under /usr/local/cuda on the build machines (not from Debian).
+# MESHRUN_CUDA = AUTO | ON | OFF | EMULATED decides whether the CUDA backend (device/) is built; sets
+# MESHRUN_HAVE_CUDA (the backend is built) and MESHRUN_CUDA_EMULATED (against the emulator).
+# ON/AUTO need nvcc, cuBLASLt, the CUDA runtime (linked statically) and NCCL; all of them come with the CUDA
+# toolkit under /usr/local/cuda on the build machines (not from Debian). EMULATED needs none of them: the same
+# kernels.cu and backend_cuda.cpp are compiled by the host compiler against device/emulator (docs/gpu.md), which
+# needs Boost.Context (Debian's libboost-context-dev).
 set(MESHRUN_HAVE_CUDA OFF)
+set(MESHRUN_CUDA_EMULATED OFF)
 string(TOUPPER "${MESHRUN_CUDA}" _mr_cuda)
-if(NOT _mr_cuda MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "MESHRUN_CUDA='${MESHRUN_CUDA}' is not AUTO, ON or OFF; pass -DMESHRUN_CUDA=AUTO|ON|OFF")
+if(NOT _mr_cuda MATCHES "^(AUTO|ON|OFF|EMULATED)$")
+  message(FATAL_ERROR "MESHRUN_CUDA='${MESHRUN_CUDA}' is not AUTO, ON, OFF or EMULATED; pass -DMESHRUN_CUDA=AUTO|ON|OFF|EMULATED")
+endif()
+if(_mr_cuda STREQUAL "EMULATED")
+  find_package(Boost 1.74 CONFIG COMPONENTS context)
+  if(NOT Boost_FOUND)
+    message(FATAL_ERROR "MESHRUN_CUDA=EMULATED needs Boost.Context (apt-get install libboost-context-dev; scripts/install-deps)")
+  endif()
+  set(MESHRUN_HAVE_CUDA ON)
+  set(MESHRUN_CUDA_EMULATED ON)
+  message(STATUS "meshrun: CUDA backend (MESHRUN_CUDA=EMULATED): on the host's CPU through device/emulator, no NVIDIA library")
+  return()
 endif()
 
 set(_mr_missing "")

@@ -93,6 +93,23 @@ void LocalComm::all_to_all(Buf send, const std::int64_t* send_counts, Buf recv, 
   std::memmove(recv.p, send.p, static_cast<std::size_t>(send_counts[0]) * dtype_size(send.t));
 }
 
+void DeviceLocalComm::copy(Buf dst, Buf src, std::int64_t n, const char* what) {
+  if (dst.p == src.p || n == 0) return;
+  const bool d = backend_.is_device_memory(dst.p), s = backend_.is_device_memory(src.p);
+  if (d != s)
+    throw std::logic_error(std::string("DeviceLocalComm::") + what + ": one buffer in device memory, the other on the host");
+  if (!d) {
+    std::memmove(dst.p, src.p, static_cast<std::size_t>(n) * dtype_size(src.t));
+    return;
+  }
+  if (dst.t != src.t) throw std::logic_error(std::string("DeviceLocalComm::") + what + ": mixed dtypes");
+  backend_.copy(dst.at(0, n), src.at(0, n));
+}
+void DeviceLocalComm::all_to_all(Buf send, const std::int64_t* send_counts, Buf recv, const std::int64_t* recv_counts) {
+  if (send_counts[0] != recv_counts[0]) throw std::logic_error("DeviceLocalComm::all_to_all: counts differ");
+  copy(recv, send, send_counts[0], "all_to_all");
+}
+
 namespace {
 struct HostAccessWindow {
   explicit HostAccessWindow(device::Backend& b) : be(b) { be.begin_host_access(); }

@@ -100,8 +100,8 @@ class CudaBackend final : public Backend {
       cudaEventDestroy(ev.second);
     }
     for (cudaEvent_t e : pool_) cudaEventDestroy(e);
-    for (void* p : {lt_ws_, static_cast<void*>(sumsq_partial_), static_cast<void*>(sumsq_result_), attn_s_, attn_p_,
-                    attn_d_, norm_partial_})
+    for (void* p : {lt_ws_, static_cast<void*>(sumsq_partial_), static_cast<void*>(sumsq_result_),
+                    attn_d_, norm_partial_, mix_a_, mix_b_, mix_c_})
       cudaFree(p);
     cublasLtDestroy(lt_);
     cudaStreamDestroy(comm_);
@@ -109,6 +109,10 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return name_; }
+  bool is_device_memory(const void* p) const override {
+    cudaPointerAttributes a{};
+    return cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
+  }
   Precision precision() const override { return pr_; }
 
   // Any DType: the kernels take fp32/bf16 (and int32 indices); fp64 holds the MoE routing statistics.
@@ -192,7 +196,26 @@ class CudaBackend final : public Backend {
   // Row-major C[M,N] = op(A)·op(B) (+ beta·C) on whole buffers; see rm_batched.
   void rm_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, Buf A, std::int64_t lda, Buf B,
                std::int64_t ldb, Buf C, std::int64_t ldc, float alpha, float beta) {
-    same(A, B, "gemm inputs");
+    if (A.t != B.t) {
+      // Mixed fp32/bf16 operands (the MoE router's fp32 logit gradients against bf16 weights): cuBLASLt takes
+      // one input type, so every bf16 operand is widened to fp32 (exact) and the product runs in fp32, with C
+      // widened when it accumulates and rounded back once: what the CPU bf16 backend's staging computes.
+      st_of(A, "gemm", "A");
+      st_of(B, "gemm", "B");
+      st_of(C, "gemm", "C");
+      auto widen = [&](Buf b, void*& p, std::size_t& have, bool needed) {
+        if (b.t == DType::f32) return b;
+        Buf w{scratch(p, have, b.n * 4), b.n, DType::f32};
+        if (needed) ck::convert(w.p, ck::St::f32, b.p, st(b.t), b.n, stream_);
+        return w;
+      };
+      const Buf a = widen(A, mix_a_, mix_a_bytes_, true), b = widen(B, mix_b_, mix_b_bytes_, true),
+                c = widen(C, mix_c_, mix_c_bytes_, beta != 0);
+      gemm(rm_batched(ta, tb, M, N, K, a.p, lda, 0, 0, b.p, ldb, 0, 0, c.p, ldc, 0, 0, DType::f32, DType::f32, alpha,
+                      beta, 1));
+      if (C.t != DType::f32) ck::convert(C.p, st(C.t), c.p, ck::St::f32, C.n, stream_);
+      return;
+    }
     gemm(rm_batched(ta, tb, M, N, K, A.p, lda, 0, 0, B.p, ldb, 0, 0, C.p, ldc, 0, 0, A.t, C.t, alpha, beta, 1));
   }
 
@@ -247,20 +270,14 @@ class CudaBackend final : public Backend {
     ck::rope(dx.p, i32(pos), st(dx.t), tk, h, d, theta, true, stream_);
   }
 
-  // Attention as cuBLASLt products around fused softmax kernels: S = scale·QKᵀ (fp32), P = softmax (bf16),
-  // O = P·V. Query head h = g·rep + r uses KV head g: one batched product over g per r.
+  // Attention as one fused kernel each way (kernels.cu, flash style): no score matrix is ever stored, so the
+  // memory is that of q, k, v, out, lse and the backward's row term D ([tq][hq] fp32).
   void attention_forward(Buf out, Buf lse, Buf q, Buf k, Buf v, Buf qpos, Buf kpos, const AttentionDims& a,
                          double scale) override {
+    same(q, k, "attention");
     Timer t(*this, "attention_forward");
-    AttnWs w = attn_ws(a, q.t);
-    scores(w.S, q, k, a, static_cast<float>(scale));
-    ck::attn_softmax(w.P, st(q.t), f32(lse), w.S, i32(qpos), i32(kpos), a.hq, a.tq, a.tk, stream_);
-    const std::int64_t rep = a.hq / a.hkv;
-    for (std::int64_t r = 0; r < rep; ++r) {
-      // out_h[tq, d] = P_h[tq, tk] · V_g[tk, d]
-      gemm(rm_batched(false, false, a.tq, a.d, a.tk, w.P, a.tk, rep * a.tq * a.tk, r * a.tq * a.tk, v.p, a.hkv * a.d,
-                      a.d, 0, out.p, a.hq * a.d, rep * a.d, r * a.d, q.t, out.t, 1, 0, a.hkv));
-    }
+    ck::flash_attention_forward(out.p, f32(lse), q.p, k.p, v.p, i32(qpos), i32(kpos), st(q.t), a.tq, a.tk, a.hq, a.hkv,
+                                a.d, static_cast<float>(scale), stream_);
   }
   void attention_merge(Buf out, Buf lse, Buf out2, Buf lse2, std::int64_t rows, std::int64_t d) override {
     same(out, out2, "attention_merge");
@@ -269,27 +286,12 @@ class CudaBackend final : public Backend {
   }
   void attention_backward(Buf dq, Buf dk, Buf dv, Buf dout, Buf out, Buf lse, Buf q, Buf k, Buf v, Buf qpos, Buf kpos,
                           const AttentionDims& a, double scale) override {
+    same(q, k, "attention");
     Timer t(*this, "attention_backward");
-    AttnWs w = attn_ws(a, q.t);
-    ck::attn_rowdot(w.D, dout.p, out.p, st(out.t), a.tq * a.hq, a.d, stream_);
-    scores(w.S, q, k, a, static_cast<float>(scale));
-    ck::attn_probs(w.P, st(q.t), f32(lse), w.S, i32(qpos), i32(kpos), a.hq, a.tq, a.tk, stream_);
-    const std::int64_t rep = a.hq / a.hkv, sS = a.tq * a.tk;
-    for (std::int64_t r = 0; r < rep; ++r) {
-      // dV_g[tk, d] += P_hᵀ · dO_h ;  dP_h[tq, tk] = dO_h · V_gᵀ (over S)
-      gemm(rm_batched(true, false, a.tk, a.d, a.tq, w.P, a.tk, rep * sS, r * sS, dout.p, a.hq * a.d, rep * a.d, r * a.d,
-                      dv.p, a.hkv * a.d, a.d, 0, q.t, dv.t, 1, 1, a.hkv));
-      gemm(rm_batched(false, true, a.tq, a.tk, a.d, dout.p, a.hq * a.d, rep * a.d, r * a.d, v.p, a.hkv * a.d, a.d, 0,
-                      w.S, a.tk, rep * sS, r * sS, q.t, DType::f32, 1, 0, a.hkv));
-    }
-    ck::attn_dsoftmax(w.P, st(q.t), w.S, w.D, a.hq, a.tq, a.tk, static_cast<float>(scale), stream_);
-    for (std::int64_t r = 0; r < rep; ++r) {
-      // dQ_h += dS_h · K_g ;  dK_g += dS_hᵀ · Q_h
-      gemm(rm_batched(false, false, a.tq, a.d, a.tk, w.P, a.tk, rep * sS, r * sS, k.p, a.hkv * a.d, a.d, 0, dq.p,
-                      a.hq * a.d, rep * a.d, r * a.d, q.t, dq.t, 1, 1, a.hkv));
-      gemm(rm_batched(true, false, a.tk, a.d, a.tq, w.P, a.tk, rep * sS, r * sS, q.p, a.hq * a.d, rep * a.d, r * a.d,
-                      dk.p, a.hkv * a.d, a.d, 0, q.t, dk.t, 1, 1, a.hkv));
-    }
+    float* D = scratch(attn_d_, attn_d_bytes_, a.tq * a.hq * 4);
+    ck::attn_rowdot(D, dout.p, out.p, st(out.t), a.tq * a.hq, a.d, stream_);
+    ck::flash_attention_backward(dq.p, dk.p, dv.p, dout.p, q.p, k.p, v.p, f32(lse), D, i32(qpos), i32(kpos), st(q.t),
+                                 a.tq, a.tk, a.hq, a.hkv, a.d, static_cast<float>(scale), stream_);
   }
   void swiglu_forward(Buf h, Buf g, Buf u, std::int64_t n) override {
     same(h, g, "swiglu");
@@ -503,24 +505,6 @@ class CudaBackend final : public Backend {
     }
     return static_cast<float*>(p);
   }
-  struct AttnWs {
-    float* S;
-    void* P;
-    float* D;
-  };
-  AttnWs attn_ws(const AttentionDims& a, DType t) {
-    const std::int64_t n = a.hq * a.tq * a.tk;
-    return {scratch(attn_s_, attn_s_bytes_, n * 4), scratch(attn_p_, attn_p_bytes_, n * std::int64_t(dtype_size(t))),
-            scratch(attn_d_, attn_d_bytes_, a.tq * a.hq * 4)};
-  }
-  // S_h[tq, tk] = scale · Q_h · K_gᵀ for every head, fp32.
-  void scores(float* S, Buf q, Buf k, const AttentionDims& a, float scale) {
-    same(q, k, "attention");
-    const std::int64_t rep = a.hq / a.hkv;
-    for (std::int64_t r = 0; r < rep; ++r)
-      gemm(rm_batched(false, true, a.tq, a.tk, a.d, q.p, a.hq * a.d, rep * a.d, r * a.d, k.p, a.hkv * a.d, a.d, 0, S,
-                      a.tk, rep * a.tq * a.tk, r * a.tq * a.tk, q.t, DType::f32, scale, 0, a.hkv));
-  }
   // A batched row-major product with per-operand (base offset, batch stride) in elements. Row-major
   // C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands swap, each keeps its transpose flag.
   static Gemm rm_batched(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const void* A,
@@ -623,8 +607,10 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   void* lt_ws_ = nullptr;
   double *sumsq_partial_ = nullptr, *sumsq_result_ = nullptr;
-  void *attn_s_ = nullptr, *attn_p_ = nullptr, *attn_d_ = nullptr, *norm_partial_ = nullptr;
-  std::size_t attn_s_bytes_ = 0, attn_p_bytes_ = 0, attn_d_bytes_ = 0, norm_partial_bytes_ = 0;
+  void *attn_d_ = nullptr, *norm_partial_ = nullptr;
+  std::size_t attn_d_bytes_ = 0, norm_partial_bytes_ = 0;
+  void *mix_a_ = nullptr, *mix_b_ = nullptr, *mix_c_ = nullptr;   // rm_gemm's fp32 copies of mixed operands
+  std::size_t mix_a_bytes_ = 0, mix_b_bytes_ = 0, mix_c_bytes_ = 0;
   std::map<Key, Plan> plans_;
   std::vector<std::pair<const char*, std::pair<cudaEvent_t, cudaEvent_t>>> pending_;
   std::vector<cudaEvent_t> pool_;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels.hpp"
+#include "launch.hpp"
 #include "meshrun/device/bf16.hpp"
 
 namespace meshrun::device::cuda {
@@ -41,7 +42,7 @@ __device__ float block_reduce(float v, Op op) {
   sh[threadIdx.x] = v;
   __syncthreads();
   for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + w]);
+    if (static_cast<int>(threadIdx.x) < w) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + w]);
     __syncthreads();
   }
   return sh[0];
@@ -213,44 +214,203 @@ __global__ void k_ce_backward(T* dl, const float* lg, const float* m, const floa
   }
 }
 
-// One block per (head, query) row of S [hq][tq][tk].
-template <class T>
-__global__ void k_attn_softmax(T* p, float* lse, const float* S, const std::int32_t* qpos, const std::int32_t* kpos,
-                               std::int64_t hq, std::int64_t tq, std::int64_t tk) {
-  const std::int64_t row = blockIdx.x, h = row / tq, i = row % tq;
-  const float* s = S + row * tk;
-  const std::int32_t qp = qpos[i];
-  float mx = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < tk; j += kThreads)
-    if (kpos[j] <= qp) mx = fmaxf(mx, s[j]);
-  mx = block_reduce(mx, Max{});
-  float sum = 0;
-  if (mx != -INFINITY)
-    for (std::int64_t j = threadIdx.x; j < tk; j += kThreads)
-      if (kpos[j] <= qp) sum += expf(s[j] - mx);
-  sum = block_reduce(sum, Sum{});
-  const float l = mx == -INFINITY ? -INFINITY : mx + logf(sum);
-  if (threadIdx.x == 0) lse[i * hq + h] = l;
-  for (std::int64_t j = threadIdx.x; j < tk; j += kThreads)
-    st(p + row * tk, j, kpos[j] <= qp && l != -INFINITY ? expf(s[j] - l) : 0.0f);
+// Fused causal GQA attention (flash-attention style, never materialising the scores): one thread per
+// (query row, head) for the forward and dQ, one per (key row, KV head) for dK/dV, so every sum has one owner
+// and a fixed order (keys, then query heads and rows, ascending): no atomics, same inputs → same bits.
+// Tiles of BK keys (or query rows) are staged in dynamic shared memory as fp32; a row's vectors live in
+// registers, padded with zeros to the head-dim bucket D (32, 64, 128 or 256; d ≤ D). Not tuned for speed
+// (the row-vectors of D floats are register-heavy): the semantics are those of kernels/cpu.hpp's
+// attention_forward / attention_backward.
+template <class Storage, int HeadDim>
+struct FlashCfg {
+  using T = Storage;
+  static constexpr int D = HeadDim;
+  static constexpr int BK = HeadDim <= 128 ? 32 : 16;   // 2·BK·D floats of tile: at most 32 KiB
+  static constexpr int kRows = 64;                     // threads per block
+};
+constexpr int kNoPos = 2147483647;   // a padded key: visible to no query
+
+// Keys j0 .. j0 + BK of KV head g into shared memory (fp32, zero-padded past tk and d; padded keys at kNoPos),
+// between two barriers: on return every thread of the block sees the whole tile, and nobody still reads the last.
+template <class C>
+__device__ void load_kv_tile(float* ks, float* vs, std::int32_t* kp, const typename C::T* k, const typename C::T* v,
+                             const std::int32_t* kpos, std::int64_t j0, std::int64_t tk, std::int64_t hkv,
+                             std::int64_t g, int d) {
+  constexpr int D = C::D, BK = C::BK;
+  const std::int64_t nk = tk - j0 < BK ? tk - j0 : BK;
+  __syncthreads();
+  for (int e = threadIdx.x; e < BK * D; e += blockDim.x) {
+    const int jj = e / D, c = e % D;
+    const bool in = jj < nk && c < d;
+    ks[e] = in ? ld(k, ((j0 + jj) * hkv + g) * d + c) : 0.0f;
+    vs[e] = in ? ld(v, ((j0 + jj) * hkv + g) * d + c) : 0.0f;
+  }
+  for (int jj = threadIdx.x; jj < BK; jj += blockDim.x) kp[jj] = jj < nk ? kpos[j0 + jj] : kNoPos;
+  __syncthreads();
 }
-template <class T>
-__global__ void k_attn_probs(T* p, const float* lse, const float* S, const std::int32_t* qpos,
-                             const std::int32_t* kpos, std::int64_t hq, std::int64_t tq, std::int64_t tk) {
-  GRID_STRIDE(e, hq * tq * tk) {
-    const std::int64_t j = e % tk, row = e / tk, h = row / tq, i = row % tq;
-    const float l = lse[i * hq + h];
-    st(p, e, kpos[j] <= qpos[i] && l != -INFINITY ? expf(S[e] - l) : 0.0f);
+
+template <class C>
+__global__ void k_flash_fwd(typename C::T* out, float* lse, const typename C::T* q, const typename C::T* k,
+                            const typename C::T* v, const std::int32_t* qpos, const std::int32_t* kpos,
+                            std::int64_t tq, std::int64_t tk, std::int64_t hq, std::int64_t hkv, int d, float scale) {
+  constexpr int D = C::D, BK = C::BK;
+  SHARED_DYNAMIC(float, shm);
+  float* ks = shm;
+  float* vs = shm + BK * D;
+  std::int32_t* kp = reinterpret_cast<std::int32_t*>(vs + BK * D);
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x, h = blockIdx.y, g = h / (hq / hkv);
+  const bool row = i < tq;
+  const std::int32_t qp = row ? qpos[i] : 0;
+  float qr[D], acc[D];
+  for (int c = 0; c < D; ++c) {
+    qr[c] = row && c < d ? ld(q, (i * hq + h) * d + c) : 0.0f;
+    acc[c] = 0;
+  }
+  float m = -INFINITY, l = 0;
+  for (std::int64_t j0 = 0; j0 < tk; j0 += BK) {
+    load_kv_tile<C>(ks, vs, kp, k, v, kpos, j0, tk, hkv, g, d);
+    if (!row) continue;
+    float sc[BK];
+    float tile_max = -INFINITY;
+    for (int jj = 0; jj < BK; ++jj) {
+      sc[jj] = -INFINITY;
+      if (kp[jj] != kNoPos && kp[jj] <= qp) {
+        float dot = 0;
+        for (int c = 0; c < D; ++c) dot += qr[c] * ks[jj * D + c];
+        sc[jj] = dot * scale;
+        tile_max = fmaxf(tile_max, sc[jj]);
+      }
+    }
+    if (tile_max == -INFINITY) continue;
+    const float m_new = fmaxf(m, tile_max);
+    const float rescale = expf(m - m_new);   // 0 while nothing was seen (m = −inf)
+    l *= rescale;
+    for (int c = 0; c < D; ++c) acc[c] *= rescale;
+    for (int jj = 0; jj < BK; ++jj) {
+      if (sc[jj] == -INFINITY) continue;
+      const float p = expf(sc[jj] - m_new);
+      l += p;
+      for (int c = 0; c < D; ++c) acc[c] += p * vs[jj * D + c];
+    }
+    m = m_new;
+  }
+  if (!row) return;
+  const bool seen = l > 0;
+  for (int c = 0; c < d; ++c) st(out, (i * hq + h) * d + c, seen ? acc[c] / l : 0.0f);
+  lse[i * hq + h] = seen ? m + logf(l) : -INFINITY;
+}
+
+// dQ_i += scale · Σ_j P_ij (dO_i·v_j − D_i) k_j, one thread per (query row, head), keys in order.
+template <class C>
+__global__ void k_flash_bwd_dq(typename C::T* dq, const typename C::T* dout, const typename C::T* q,
+                               const typename C::T* k, const typename C::T* v, const float* lse, const float* Dr,
+                               const std::int32_t* qpos, const std::int32_t* kpos, std::int64_t tq, std::int64_t tk,
+                               std::int64_t hq, std::int64_t hkv, int d, float scale) {
+  constexpr int D = C::D, BK = C::BK;
+  SHARED_DYNAMIC(float, shm);
+  float* ks = shm;
+  float* vs = shm + BK * D;
+  std::int32_t* kp = reinterpret_cast<std::int32_t*>(vs + BK * D);
+  const std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x, h = blockIdx.y, g = h / (hq / hkv);
+  const bool row = i < tq;
+  const std::int32_t qp = row ? qpos[i] : 0;
+  const float li = row ? lse[i * hq + h] : -INFINITY, Di = row ? Dr[i * hq + h] : 0.0f;
+  const bool live = row && li != -INFINITY;
+  float qr[D], dor[D], acc[D];
+  for (int c = 0; c < D; ++c) {
+    qr[c] = row && c < d ? ld(q, (i * hq + h) * d + c) : 0.0f;
+    dor[c] = row && c < d ? ld(dout, (i * hq + h) * d + c) : 0.0f;
+    acc[c] = 0;
+  }
+  for (std::int64_t j0 = 0; j0 < tk; j0 += BK) {
+    load_kv_tile<C>(ks, vs, kp, k, v, kpos, j0, tk, hkv, g, d);
+    if (!live) continue;
+    for (int jj = 0; jj < BK; ++jj) {
+      if (kp[jj] == kNoPos || kp[jj] > qp) continue;
+      float dot = 0, dp = 0;
+      for (int c = 0; c < D; ++c) {
+        dot += qr[c] * ks[jj * D + c];
+        dp += dor[c] * vs[jj * D + c];
+      }
+      const float p = expf(dot * scale - li);
+      const float ds = p * (dp - Di);
+      for (int c = 0; c < D; ++c) acc[c] += ds * ks[jj * D + c];
+    }
+  }
+  if (!row) return;
+  for (int c = 0; c < d; ++c) {
+    const std::int64_t e = (i * hq + h) * d + c;
+    st(dq, e, ld(dq, e) + scale * acc[c]);
   }
 }
-template <class T>
-__global__ void k_attn_dsoftmax(T* p, const float* dP, const float* D, std::int64_t hq, std::int64_t tq,
-                                std::int64_t tk, float scale) {
-  GRID_STRIDE(e, hq * tq * tk) {
-    const std::int64_t row = e / tk, h = row / tq, i = row % tq;
-    st(p, e, ld(p, e) * (dP[e] - D[i * hq + h]) * scale);
+
+// dV_j += Σ P_ij dO_i and dK_j += scale · Σ P_ij (dO_i·v_j − D_i) q_i over the query heads of KV head g (in
+// order) and their rows (in order): one thread per (key row, KV head).
+template <class C>
+__global__ void k_flash_bwd_dkdv(typename C::T* dk, typename C::T* dv, const typename C::T* dout,
+                                 const typename C::T* q, const typename C::T* k, const typename C::T* v,
+                                 const float* lse, const float* Dr, const std::int32_t* qpos,
+                                 const std::int32_t* kpos, std::int64_t tq, std::int64_t tk, std::int64_t hq,
+                                 std::int64_t hkv, int d, float scale) {
+  constexpr int D = C::D, BQ = C::BK;
+  SHARED_DYNAMIC(float, shm);
+  float* qs = shm;
+  float* dos = shm + BQ * D;
+  float* ls = dos + BQ * D;
+  float* ds_ = ls + BQ;
+  std::int32_t* qp = reinterpret_cast<std::int32_t*>(ds_ + BQ);
+  const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x, g = blockIdx.y, rep = hq / hkv;
+  const bool key = j < tk;
+  const std::int32_t kpj = key ? kpos[j] : kNoPos;
+  float kr[D], vr[D], dka[D], dva[D];
+  for (int c = 0; c < D; ++c) {
+    kr[c] = key && c < d ? ld(k, (j * hkv + g) * d + c) : 0.0f;
+    vr[c] = key && c < d ? ld(v, (j * hkv + g) * d + c) : 0.0f;
+    dka[c] = dva[c] = 0;
+  }
+  for (std::int64_t r = 0; r < rep; ++r) {
+    const std::int64_t h = g * rep + r;
+    for (std::int64_t i0 = 0; i0 < tq; i0 += BQ) {
+      const std::int64_t nq = tq - i0 < BQ ? tq - i0 : BQ;
+      __syncthreads();
+      for (int e = threadIdx.x; e < BQ * D; e += blockDim.x) {
+        const int ii = e / D, c = e % D;
+        const bool in = ii < nq && c < d;
+        qs[e] = in ? ld(q, ((i0 + ii) * hq + h) * d + c) : 0.0f;
+        dos[e] = in ? ld(dout, ((i0 + ii) * hq + h) * d + c) : 0.0f;
+      }
+      for (int ii = threadIdx.x; ii < BQ; ii += blockDim.x) {
+        const bool in = ii < nq;
+        ls[ii] = in ? lse[(i0 + ii) * hq + h] : -INFINITY;
+        ds_[ii] = in ? Dr[(i0 + ii) * hq + h] : 0.0f;
+        qp[ii] = in ? qpos[i0 + ii] : 0;
+      }
+      __syncthreads();
+      if (!key) continue;
+      for (int ii = 0; ii < BQ; ++ii) {
+        if (ls[ii] == -INFINITY || kpj > qp[ii]) continue;
+        float dot = 0, dp = 0;
+        for (int c = 0; c < D; ++c) {
+          dot += qs[ii * D + c] * kr[c];
+          dp += dos[ii * D + c] * vr[c];
+        }
+        const float p = expf(dot * scale - ls[ii]);
+        const float dsv = p * (dp - ds_[ii]);
+        for (int c = 0; c < D; ++c) {
+          dva[c] += p * dos[ii * D + c];
+          dka[c] += dsv * qs[ii * D + c];
+        }
+      }
+    }
+  }
+  if (!key) return;
+  for (int c = 0; c < d; ++c) {
+    const std::int64_t e = (j * hkv + g) * d + c;
+    st(dk, e, ld(dk, e) + scale * dka[c]);
+    st(dv, e, ld(dv, e) + dva[c]);
   }
 }
+
 // One warp per row: D[r] = Σ_c dout[r, c]·out[r, c].
 template <class T>
 __global__ void k_attn_rowdot(float* D, const T* dout, const T* out, std::int64_t rows, std::int64_t d) {
@@ -354,7 +514,7 @@ __global__ void k_moe_stat(double* stat, const P* probs, const std::int32_t* sel
   ps[threadIdx.x] = b;
   __syncthreads();
   for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) {
+    if (static_cast<int>(threadIdx.x) < w) {
       cnt[threadIdx.x] += cnt[threadIdx.x + w];
       ps[threadIdx.x] += ps[threadIdx.x + w];
     }
@@ -465,7 +625,7 @@ __global__ void k_sum_squares_partial(double* partial, SumArgs args) {
   sh[threadIdx.x] = s;
   __syncthreads();
   for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    if (static_cast<int>(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
     __syncthreads();
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
@@ -481,17 +641,17 @@ __global__ void k_sum_doubles(double* result, const double* partial, int n) {
 }  // namespace
 
 void convert(void* dst, St dt, const void* src, St st_, std::int64_t n, cudaStream_t s) {
-  DISPATCH(dt, D, DISPATCH(st_, S, k_convert<<<blocks_for(n), kThreads, 0, s>>>(static_cast<D*>(dst),
+  DISPATCH(dt, D, DISPATCH(st_, S, LAUNCH(k_convert, blocks_for(n), kThreads, 0, s)(static_cast<D*>(dst),
                                                                               static_cast<const S*>(src), n)));
   check_launch("convert");
 }
 void add(void* y, const void* x, St t, std::int64_t n, cudaStream_t s) {
-  DISPATCH(t, T, k_add<<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(x), n));
+  DISPATCH(t, T, LAUNCH(k_add, blocks_for(n), kThreads, 0, s)(static_cast<T*>(y), static_cast<const T*>(x), n));
   check_launch("add");
 }
 void rmsnorm_forward(void* y, float* rstd, const void* x, const void* w, St t, std::int64_t rows, std::int64_t dim,
                      float eps, cudaStream_t s) {
-  DISPATCH(t, T, k_rmsnorm_fwd<<<rows, kThreads, 0, s>>>(static_cast<T*>(y), rstd, static_cast<const T*>(x),
+  DISPATCH(t, T, LAUNCH(k_rmsnorm_fwd, rows, kThreads, 0, s)(static_cast<T*>(y), rstd, static_cast<const T*>(x),
                                                           static_cast<const T*>(w), dim, eps));
   check_launch("rmsnorm_forward");
 }
@@ -502,97 +662,144 @@ void rmsnorm_backward(void* dx, float* dw, const void* dy, const void* x, const 
   const dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
   DISPATCH(t, T, {
     if (dx)
-      k_rmsnorm_bwd_dx<<<rows, kThreads, 0, s>>>(static_cast<T*>(dx), static_cast<const T*>(dy),
+      LAUNCH(k_rmsnorm_bwd_dx, rows, kThreads, 0, s)(static_cast<T*>(dx), static_cast<const T*>(dy),
                                                  static_cast<const T*>(x), static_cast<const T*>(w), rstd, dim, acc);
     if (dw)
-      k_rmsnorm_bwd_dw_partial<<<grid, kThreads, 0, s>>>(partial, static_cast<const T*>(dy), static_cast<const T*>(x),
+      LAUNCH(k_rmsnorm_bwd_dw_partial, grid, kThreads, 0, s)(partial, static_cast<const T*>(dy), static_cast<const T*>(x),
                                                          rstd, rows, dim);
   });
-  if (dw) k_sum_partials<<<blocks_for(dim), kThreads, 0, s>>>(dw, partial, chunks, dim);
+  if (dw) LAUNCH(k_sum_partials, blocks_for(dim), kThreads, 0, s)(dw, partial, chunks, dim);
   check_launch("rmsnorm_backward");
 }
 void rope(void* x, const std::int32_t* pos, St t, std::int64_t tokens, std::int64_t heads, std::int64_t hd,
           double theta, bool inverse, cudaStream_t s) {
-  DISPATCH(t, T, k_rope<<<blocks_for(tokens * heads * hd / 2), kThreads, 0, s>>>(static_cast<T*>(x), pos, tokens, heads,
+  DISPATCH(t, T, LAUNCH(k_rope, blocks_for(tokens * heads * hd / 2), kThreads, 0, s)(static_cast<T*>(x), pos, tokens, heads,
                                                                                   hd, theta, inverse ? -1.0 : 1.0));
   check_launch("rope");
 }
 void swiglu_forward(void* h, const void* g, const void* u, St t, std::int64_t n, cudaStream_t s) {
-  DISPATCH(t, T, k_swiglu_fwd<<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(h), static_cast<const T*>(g),
+  DISPATCH(t, T, LAUNCH(k_swiglu_fwd, blocks_for(n), kThreads, 0, s)(static_cast<T*>(h), static_cast<const T*>(g),
                                                                   static_cast<const T*>(u), n));
   check_launch("swiglu_forward");
 }
 void swiglu_backward(void* dg, void* du, const void* dh, const void* g, const void* u, St t, std::int64_t n,
                      cudaStream_t s) {
-  DISPATCH(t, T, k_swiglu_bwd<<<blocks_for(n), kThreads, 0, s>>>(static_cast<T*>(dg), static_cast<T*>(du),
+  DISPATCH(t, T, LAUNCH(k_swiglu_bwd, blocks_for(n), kThreads, 0, s)(static_cast<T*>(dg), static_cast<T*>(du),
                                                                   static_cast<const T*>(dh), static_cast<const T*>(g),
                                                                   static_cast<const T*>(u), n));
   check_launch("swiglu_backward");
 }
 void embedding_forward(void* out, const void* table, const std::int32_t* ids, St t, std::int64_t n, std::int64_t dim,
                        std::int64_t v0, std::int64_t vl, cudaStream_t s) {
-  DISPATCH(t, T, k_embedding_fwd<<<blocks_for(n * dim), kThreads, 0, s>>>(static_cast<T*>(out),
+  DISPATCH(t, T, LAUNCH(k_embedding_fwd, blocks_for(n * dim), kThreads, 0, s)(static_cast<T*>(out),
                                                                            static_cast<const T*>(table), ids, n, dim, v0, vl));
   check_launch("embedding_forward");
 }
 void embedding_backward(float* dtable, const void* dout, const std::int32_t* ids, St t, std::int64_t n,
                         std::int64_t dim, std::int64_t v0, std::int64_t vl, cudaStream_t s) {
-  DISPATCH(t, T, k_embedding_bwd<<<blocks_for(dim), kThreads, 0, s>>>(dtable, static_cast<const T*>(dout), ids, n, dim,
+  DISPATCH(t, T, LAUNCH(k_embedding_bwd, blocks_for(dim), kThreads, 0, s)(dtable, static_cast<const T*>(dout), ids, n, dim,
                                                                        v0, vl));
   check_launch("embedding_backward");
 }
 void ce_row_max(float* m, const float* lg, std::int64_t rows, std::int64_t vl, cudaStream_t s) {
-  k_ce_row_max<<<rows, kThreads, 0, s>>>(m, lg, vl);
+  LAUNCH(k_ce_row_max, rows, kThreads, 0, s)(m, lg, vl);
   check_launch("ce_row_max");
 }
 void ce_row_sumexp(float* se, const float* lg, const float* m, std::int64_t rows, std::int64_t vl, cudaStream_t s) {
-  k_ce_row_sumexp<<<rows, kThreads, 0, s>>>(se, lg, m, vl);
+  LAUNCH(k_ce_row_sumexp, rows, kThreads, 0, s)(se, lg, m, vl);
   check_launch("ce_row_sumexp");
 }
 void ce_target_logit(float* z, const float* lg, const std::int32_t* tg, std::int64_t rows, std::int64_t vl,
                      std::int64_t v0, cudaStream_t s) {
-  k_ce_target<<<blocks_for(rows), kThreads, 0, s>>>(z, lg, tg, rows, vl, v0);
+  LAUNCH(k_ce_target, blocks_for(rows), kThreads, 0, s)(z, lg, tg, rows, vl, v0);
   check_launch("ce_target_logit");
 }
 void ce_row_loss(float* loss, const float* m, const float* se, const float* z, const std::int32_t* tg,
                  std::int64_t rows, cudaStream_t s) {
-  k_ce_loss<<<blocks_for(rows), kThreads, 0, s>>>(loss, m, se, z, tg, rows);
+  LAUNCH(k_ce_loss, blocks_for(rows), kThreads, 0, s)(loss, m, se, z, tg, rows);
   check_launch("ce_row_loss");
 }
 void ce_backward(void* dl, St t, const float* lg, const float* m, const float* se, const std::int32_t* tg,
                  std::int64_t rows, std::int64_t vl, std::int64_t v0, float scale, cudaStream_t s) {
-  DISPATCH(t, T, k_ce_backward<<<blocks_for(rows * vl), kThreads, 0, s>>>(static_cast<T*>(dl), lg, m, se, tg, rows, vl,
+  DISPATCH(t, T, LAUNCH(k_ce_backward, blocks_for(rows * vl), kThreads, 0, s)(static_cast<T*>(dl), lg, m, se, tg, rows, vl,
                                                                            v0, scale));
   check_launch("ce_backward");
 }
-void attn_softmax(void* p, St t, float* lse, const float* S, const std::int32_t* qpos, const std::int32_t* kpos,
-                  std::int64_t hq, std::int64_t tq, std::int64_t tk, cudaStream_t s) {
-  DISPATCH(t, T, k_attn_softmax<<<hq * tq, kThreads, 0, s>>>(static_cast<T*>(p), lse, S, qpos, kpos, hq, tq, tk));
-  check_launch("attn_softmax");
-}
-void attn_probs(void* p, St t, const float* lse, const float* S, const std::int32_t* qpos, const std::int32_t* kpos,
-                std::int64_t hq, std::int64_t tq, std::int64_t tk, cudaStream_t s) {
-  DISPATCH(t, T, k_attn_probs<<<blocks_for(hq * tq * tk), kThreads, 0, s>>>(static_cast<T*>(p), lse, S, qpos, kpos, hq,
-                                                                             tq, tk));
-  check_launch("attn_probs");
-}
 void attn_rowdot(float* D, const void* dout, const void* out, St t, std::int64_t rows, std::int64_t d, cudaStream_t s) {
   const unsigned grid = static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
-  DISPATCH(t, T, k_attn_rowdot<<<grid, kThreads, 0, s>>>(D, static_cast<const T*>(dout), static_cast<const T*>(out),
+  DISPATCH(t, T, LAUNCH(k_attn_rowdot, grid, kThreads, 0, s)(D, static_cast<const T*>(dout), static_cast<const T*>(out),
                                                           rows, d));
   check_launch("attn_rowdot");
 }
-void attn_dsoftmax(void* p, St t, const float* dP, const float* D, std::int64_t hq, std::int64_t tq, std::int64_t tk,
-                   float scale, cudaStream_t s) {
-  DISPATCH(t, T, k_attn_dsoftmax<<<blocks_for(hq * tq * tk), kThreads, 0, s>>>(static_cast<T*>(p), dP, D, hq, tq, tk,
-                                                                                scale));
-  check_launch("attn_dsoftmax");
+namespace {
+template <class C>
+std::size_t flash_fwd_shared() { return (2 * C::BK * C::D) * sizeof(float) + C::BK * sizeof(std::int32_t); }
+template <class C>
+std::size_t flash_dkdv_shared() { return (2 * C::BK * C::D + 2 * C::BK) * sizeof(float) + C::BK * sizeof(std::int32_t); }
+dim3 flash_grid(std::int64_t rows, std::int64_t heads, int per_block) {
+  return dim3(static_cast<unsigned>((rows + per_block - 1) / per_block), static_cast<unsigned>(heads));
+}
+template <class C, class T>
+void flash_fwd_launch(void* out, float* lse, const void* q, const void* k, const void* v, const std::int32_t* qpos,
+                      const std::int32_t* kpos, std::int64_t tq, std::int64_t tk, std::int64_t hq, std::int64_t hkv,
+                      int d, float scale, cudaStream_t s) {
+  LAUNCH(k_flash_fwd<C>, flash_grid(tq, hq, C::kRows), C::kRows, flash_fwd_shared<C>(), s)(
+      static_cast<T*>(out), lse, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), qpos,
+      kpos, tq, tk, hq, hkv, d, scale);
+}
+template <class C, class T>
+void flash_bwd_launch(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k, const void* v,
+                      const float* lse, const float* D, const std::int32_t* qpos, const std::int32_t* kpos,
+                      std::int64_t tq, std::int64_t tk, std::int64_t hq, std::int64_t hkv, int d, float scale,
+                      cudaStream_t s) {
+  LAUNCH(k_flash_bwd_dq<C>, flash_grid(tq, hq, C::kRows), C::kRows, flash_fwd_shared<C>(), s)(
+      static_cast<T*>(dq), static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+      static_cast<const T*>(v), lse, D, qpos, kpos, tq, tk, hq, hkv, d, scale);
+  LAUNCH(k_flash_bwd_dkdv<C>, flash_grid(tk, hkv, C::kRows), C::kRows, flash_dkdv_shared<C>(), s)(
+      static_cast<T*>(dk), static_cast<T*>(dv), static_cast<const T*>(dout), static_cast<const T*>(q),
+      static_cast<const T*>(k), static_cast<const T*>(v), lse, D, qpos, kpos, tq, tk, hq, hkv, d, scale);
+}
+// The smallest head-dim bucket that holds d.
+#define BY_HEAD_DIM(T, d, fn, ...)                  \
+  if ((d) <= 32)                                    \
+    fn<FlashCfg<T, 32>, T>(__VA_ARGS__);            \
+  else if ((d) <= 64)                               \
+    fn<FlashCfg<T, 64>, T>(__VA_ARGS__);            \
+  else if ((d) <= 128)                              \
+    fn<FlashCfg<T, 128>, T>(__VA_ARGS__);           \
+  else                                              \
+    fn<FlashCfg<T, 256>, T>(__VA_ARGS__);
+void check_head_dim(std::int64_t d, const char* what) {
+  if (d < 1 || d > kFlashMaxHeadDim)
+    throw std::invalid_argument(std::string("CUDA ") + what + ": head dimension " + std::to_string(d) +
+                                " is outside 1.." + std::to_string(kFlashMaxHeadDim) + " (the fused kernel's buckets)");
+}
+}  // namespace
+
+void flash_attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
+                             const std::int32_t* qpos, const std::int32_t* kpos, St t, std::int64_t tq, std::int64_t tk,
+                             std::int64_t hq, std::int64_t hkv, std::int64_t d, float scale, cudaStream_t s) {
+  check_head_dim(d, "attention_forward");
+  if (tq == 0) return;
+  DISPATCH(t, T, BY_HEAD_DIM(T, d, flash_fwd_launch, out, lse, q, k, v, qpos, kpos, tq, tk, hq, hkv,
+                             static_cast<int>(d), scale, s));
+  check_launch("flash_attention_forward");
+}
+void flash_attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
+                              const void* v, const float* lse, const float* D, const std::int32_t* qpos,
+                              const std::int32_t* kpos, St t, std::int64_t tq, std::int64_t tk, std::int64_t hq,
+                              std::int64_t hkv, std::int64_t d, float scale, cudaStream_t s) {
+  check_head_dim(d, "attention_backward");
+  if (tq == 0 || tk == 0) return;
+  DISPATCH(t, T, BY_HEAD_DIM(T, d, flash_bwd_launch, dq, dk, dv, dout, q, k, v, lse, D, qpos, kpos, tq, tk, hq,
+                             hkv, static_cast<int>(d), scale, s));
+  check_launch("flash_attention_backward");
 }
 void attn_merge(void* out, float* lse, const void* out2, const float* lse2, St t, std::int64_t rows, std::int64_t d,
                 cudaStream_t s) {
-  DISPATCH(t, T, k_attn_merge<<<blocks_for(rows * d), kThreads, 0, s>>>(static_cast<T*>(out), lse,
+  DISPATCH(t, T, LAUNCH(k_attn_merge, blocks_for(rows * d), kThreads, 0, s)(static_cast<T*>(out), lse,
                                                                          static_cast<const T*>(out2), lse2, rows, d));
-  k_attn_merge_lse<<<blocks_for(rows), kThreads, 0, s>>>(lse, lse2, rows);
+  LAUNCH(k_attn_merge_lse, blocks_for(rows), kThreads, 0, s)(lse, lse2, rows);
   check_launch("attn_merge");
 }
 void gather_rows(void* dst, const void* src, const std::int32_t* index, int elem_size, std::int64_t rows,
@@ -600,15 +807,15 @@ void gather_rows(void* dst, const void* src, const std::int32_t* index, int elem
   const unsigned g = blocks_for(rows * width);
   switch (elem_size) {
     case 2:
-      k_gather_rows<<<g, kThreads, 0, s>>>(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src),
+      LAUNCH(k_gather_rows, g, kThreads, 0, s)(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src),
                                            index, rows, width);
       break;
     case 4:
-      k_gather_rows<<<g, kThreads, 0, s>>>(static_cast<std::uint32_t*>(dst), static_cast<const std::uint32_t*>(src),
+      LAUNCH(k_gather_rows, g, kThreads, 0, s)(static_cast<std::uint32_t*>(dst), static_cast<const std::uint32_t*>(src),
                                            index, rows, width);
       break;
     case 8:
-      k_gather_rows<<<g, kThreads, 0, s>>>(static_cast<std::uint64_t*>(dst), static_cast<const std::uint64_t*>(src),
+      LAUNCH(k_gather_rows, g, kThreads, 0, s)(static_cast<std::uint64_t*>(dst), static_cast<const std::uint64_t*>(src),
                                            index, rows, width);
       break;
     default: throw std::invalid_argument("gather_rows: elements of " + std::to_string(elem_size) + " bytes");
@@ -621,16 +828,16 @@ void moe_route(void* probs, St p, std::int32_t* sel, void* wts, double* stat, st
     throw std::invalid_argument("moe_route: top_k " + std::to_string(top_k) + " of " + std::to_string(experts) +
                                 " experts");
   DISPATCH(p, P, {
-    k_moe_route<<<blocks_for(n), kThreads, 0, s>>>(static_cast<P*>(probs), sel, static_cast<P*>(wts), n, experts,
+    LAUNCH(k_moe_route, blocks_for(n), kThreads, 0, s)(static_cast<P*>(probs), sel, static_cast<P*>(wts), n, experts,
                                                    top_k);
-    k_moe_stat<<<static_cast<unsigned>(experts), kThreads, 0, s>>>(stat, static_cast<const P*>(probs), sel, n, experts,
+    LAUNCH(k_moe_stat, static_cast<unsigned>(experts), kThreads, 0, s)(stat, static_cast<const P*>(probs), sel, n, experts,
                                                                    top_k);
   });
   check_launch("moe_route");
 }
 void moe_combine(void* y, const void* rows, St t, const void* wts, St p, const std::int32_t* slot, std::int64_t n,
                  int top_k, std::int64_t h, cudaStream_t s) {
-  DISPATCH(t, T, DISPATCH(p, P, k_moe_combine<<<blocks_for(n * h), kThreads, 0, s>>>(
+  DISPATCH(t, T, DISPATCH(p, P, LAUNCH(k_moe_combine, blocks_for(n * h), kThreads, 0, s)(
                                     static_cast<T*>(y), static_cast<const T*>(rows), static_cast<const P*>(wts), slot,
                                     n, top_k, h)));
   check_launch("moe_combine");
@@ -640,16 +847,16 @@ void moe_combine_backward(void* drows, void* dwts, St p, const void* dy, const v
   const std::int64_t pairs = n * top_k;
   const unsigned warps = static_cast<unsigned>((pairs + kThreads / 32 - 1) / (kThreads / 32));
   DISPATCH(t, T, DISPATCH(p, P, {
-    k_moe_combine_bwd_rows<<<blocks_for(pairs * h), kThreads, 0, s>>>(
+    LAUNCH(k_moe_combine_bwd_rows, blocks_for(pairs * h), kThreads, 0, s)(
         static_cast<T*>(drows), static_cast<const T*>(dy), static_cast<const P*>(wts), slot, n, top_k, h);
-    k_moe_combine_bwd_wts<<<warps > 0 ? warps : 1, kThreads, 0, s>>>(
+    LAUNCH(k_moe_combine_bwd_wts, warps > 0 ? warps : 1, kThreads, 0, s)(
         static_cast<P*>(dwts), static_cast<const T*>(dy), static_cast<const T*>(rows), slot, n, top_k, h);
   }));
   check_launch("moe_combine_backward");
 }
 void moe_router_backward(void* probs, St p, const std::int32_t* sel, const void* wts, const void* dwts,
                          const void* aux_grad, std::int64_t n, int experts, int top_k, cudaStream_t s) {
-  DISPATCH(p, P, k_moe_router_bwd<<<blocks_for(n), kThreads, 0, s>>>(
+  DISPATCH(p, P, LAUNCH(k_moe_router_bwd, blocks_for(n), kThreads, 0, s)(
                      static_cast<P*>(probs), sel, static_cast<const P*>(wts), static_cast<const P*>(dwts),
                      static_cast<const P*>(aux_grad), n, experts, top_k));
   check_launch("moe_router_backward");
@@ -664,7 +871,7 @@ void adamw(const AdamDesc* tensors, int count, St param_t, const AdamScalars& a,
       longest = std::max(longest, args.t[i].n);
     }
     const dim3 grid(std::min<unsigned>(blocks_for(longest), 4096u), static_cast<unsigned>(args.count));
-    DISPATCH(param_t, T, k_adamw<T><<<grid, kThreads, 0, s>>>(args, a));
+    DISPATCH(param_t, T, LAUNCH(k_adamw<T>, grid, kThreads, 0, s)(args, a));
   }
   check_launch("adamw");
 }
@@ -677,8 +884,8 @@ void sum_squares(double* result, double* partial, const float* const* xs, const 
     args.x[i] = xs[i];
     args.n[i] = ns[i];
   }
-  k_sum_squares_partial<<<kSumSquaresBlocks, kThreads, 0, s>>>(partial, args);
-  k_sum_doubles<<<1, 1, 0, s>>>(result, partial, kSumSquaresBlocks);
+  LAUNCH(k_sum_squares_partial, kSumSquaresBlocks, kThreads, 0, s)(partial, args);
+  LAUNCH(k_sum_doubles, 1, 1, 0, s)(result, partial, kSumSquaresBlocks);
   check_launch("sum_squares");
 }
 

@@ -48,16 +48,19 @@ void ce_row_loss(float* loss, const float* m, const float* se, const float* z, c
                  std::int64_t rows, cudaStream_t s);
 void ce_backward(void* dl, St t, const float* logits, const float* m, const float* se, const std::int32_t* tg,
                  std::int64_t rows, std::int64_t vl, std::int64_t v0, float scale, cudaStream_t s);
-// Attention pieces around the cuBLASLt products. S, dP: fp32 [hq][tq][tk]; P, dS: St, same layout;
-// lse, D: fp32 [tq][hq].
-void attn_softmax(void* p, St t, float* lse, const float* S, const std::int32_t* qpos, const std::int32_t* kpos,
-                  std::int64_t hq, std::int64_t tq, std::int64_t tk, cudaStream_t s);
-void attn_probs(void* p, St t, const float* lse, const float* S, const std::int32_t* qpos, const std::int32_t* kpos,
-                std::int64_t hq, std::int64_t tq, std::int64_t tk, cudaStream_t s);
+// Fused causal GQA attention (kernels/cpu.hpp semantics): q, out [tq][hq][d], k, v [tk][hkv][d] in St; lse and
+// D (= Σ dout⊙out per row, attn_rowdot) fp32 [tq][hq]; out and lse overwritten, dq, dk, dv accumulated. No
+// score matrix is stored: the only memory is the caller's tensors. d ≤ kFlashMaxHeadDim.
+constexpr std::int64_t kFlashMaxHeadDim = 256;
+void flash_attention_forward(void* out, float* lse, const void* q, const void* k, const void* v,
+                             const std::int32_t* qpos, const std::int32_t* kpos, St t, std::int64_t tq, std::int64_t tk,
+                             std::int64_t hq, std::int64_t hkv, std::int64_t d, float scale, cudaStream_t s);
+void flash_attention_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
+                              const void* v, const float* lse, const float* D, const std::int32_t* qpos,
+                              const std::int32_t* kpos, St t, std::int64_t tq, std::int64_t tk, std::int64_t hq,
+                              std::int64_t hkv, std::int64_t d, float scale, cudaStream_t s);
+// D[r] = Σ_c dout[r, c]·out[r, c] (fp32), the attention backward's row term.
 void attn_rowdot(float* D, const void* dout, const void* out, St t, std::int64_t rows, std::int64_t d, cudaStream_t s);
-// dS = P ⊙ (dP − D) · scale, written over P
-void attn_dsoftmax(void* p, St t, const float* dP, const float* D, std::int64_t hq, std::int64_t tq, std::int64_t tk,
-                   float scale, cudaStream_t s);
 void attn_merge(void* out, float* lse, const void* out2, const float* lse2, St t, std::int64_t rows, std::int64_t d,
                 cudaStream_t s);
 // dst[i] = src[index[i]], rows of `width` elements of `elem_size` bytes (2, 4 or 8): a plain copy.

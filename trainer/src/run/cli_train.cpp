@@ -542,6 +542,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   if (rank == 0) {
     const PipelineSchedule kind = trainer.schedule().spec.kind;
     print_run_banner(cfg, layout, trainer.table().global_size(), kind, trainer.geometry().microbatches);
+    if (cfg.training.device == "cuda") std::printf("meshrun-train: device %s\n", trainer.backend().name().c_str());
     for (const std::string* l : {&data_line, &valid_line})
       if (!l->empty()) std::printf("%s\n", l->c_str());
     print_utilization(util, metrics_to.path, metrics_to.why);
@@ -549,7 +550,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     std::fflush(stdout);
     if (metrics) {
       RunFacts facts{start, trainer.table().global_size(), pipeline_schedule_name(kind), trainer.geometry().microbatches,
-                     static_cast<int>(layout.world())};
+                     static_cast<int>(layout.world()), 1, 1, 0, trainer.backend().name()};
       std::vector<std::string> nodes;
       for (const RankPlace& p : places)
         if (std::find(nodes.begin(), nodes.end(), p.node) == nodes.end()) nodes.push_back(p.node);
@@ -625,19 +626,23 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   return 0;
 }
 
-// training.device = "cuda": the layers run on the device seam, and meshrun-gpu-check trains them on the
-// CUDA backend at world 1, but meshrun-train does not start that backend yet (it needs the NCCL
-// communicator of the GPU-trainer issue). Refused with the first reason that applies here.
-std::string cuda_refusal(const TrainingSpec& t) {
+// training.device = "cuda" runs one process on the CUDA backend (the ON build on a GPU, the EMULATED build on
+// the host's CPU, docs/gpu.md); refused in one line where it cannot: no backend or device here, a dtype the
+// backend does not keep, or more than one rank (those need the NCCL communicator, which does not exist yet).
+std::string cuda_refusal(const TrainingSpec& t, int world) {
   std::string why;
   if (device::cuda_device_count(&why) == 0) return "training.device = \"cuda\": " + why;
   try {
     (void)device::Precision::for_run(t.device, t.dtype, t.param_dtype, t.grad_dtype, t.optim_dtype);
+    (void)device::task_cuda_device(device::cuda_device_count(nullptr));
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
-  return "training.device = \"cuda\": meshrun-train runs its layers on the CPU only so far (the CUDA backend is "
-         "checked by bench/gpu/check.sh, docs/gpu.md); use training.device = \"cpu\"";
+  if (world > 1)
+    return "training.device = \"cuda\" runs at world 1 only so far (" + std::to_string(world) +
+           " ranks here): more ranks need the NCCL communicator, which meshrun does not have yet (docs/gpu.md); run one "
+           "process, or use training.device = \"cpu\"";
+  return "";
 }
 
 int run(int argc, char** argv, int rank, int world) {
@@ -708,7 +713,8 @@ int run(int argc, char** argv, int rank, int world) {
                                                                    "put the data where every rank reads it"}
                                         : missing);
   }
-  if (cfg.training.device == "cuda") throw InputError(cuda_refusal(cfg.training));
+  if (cfg.training.device == "cuda")
+    if (const std::string why = cuda_refusal(cfg.training, world); !why.empty()) throw InputError(why);
   try {
     (void)build_param_table(cfg.model, layout->tp, 0);
   } catch (const std::invalid_argument& e) {

@@ -86,6 +86,7 @@ void MetricsFile::write_run(const JobConfig& cfg, const Layout& layout, const Ru
       .field("start_step", run.start_step)
       .field("steps", cfg.training.steps)
       .field("device", cfg.training.device)
+      .field("backend", run.backend)
       .field("dtype", cfg.training.dtype)
       .field("param_dtype", cfg.training.param_dtype)
       .field("grad_dtype", cfg.training.grad_dtype)

@@ -35,6 +35,7 @@ struct RunFacts {
   // Where the ranks ran, for the planner's CPU model: nodes, the ranks on rank 0's node, and the CPUs they
   // may run on together (the union of their affinity masks).
   int nodes = 1, ranks_per_node = 1, node_cpus = 0;
+  std::string backend;   // the backend's own name: the device, and "emulated" when it is the CUDA emulator
 };
 
 class MetricsFile {

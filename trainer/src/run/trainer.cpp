@@ -45,9 +45,18 @@ BatchGeometry geometry_or_throw(const JobConfig& cfg, const Layout& layout) {
   if (!g) throw std::invalid_argument(why);
   return *g;
 }
-// The CPU backend of the trainer's type (training.dtype); the strict one (a test instrument) when
-// MESHRUN_STRICT_BACKEND=1.
-std::unique_ptr<device::Backend> make_backend(const std::string& dtype) {
+// training.device = "cuda": the CUDA backend on the task's device (MESHRUN_CUDA_DEVICE among the visible ones),
+// with Precision::cuda's dtypes. Otherwise the CPU backend of the trainer's type (training.dtype); the strict one
+// (a test instrument) when MESHRUN_STRICT_BACKEND=1.
+std::unique_ptr<device::Backend> make_backend(const TrainingSpec& t, const std::string& dtype) {
+  if (t.device == "cuda") {
+    std::string why;
+    const int visible = device::cuda_device_count(&why);
+    if (visible == 0) throw std::invalid_argument("training.device = \"cuda\": " + why);
+    return device::make_cuda_backend(
+        device::Precision::for_run(t.device, t.dtype, t.param_dtype, t.grad_dtype, t.optim_dtype),
+        device::task_cuda_device(visible));
+  }
   return device::strict_backend_requested() ? device::make_strict_cpu_backend(dtype) : device::make_cpu_backend(dtype);
 }
 std::vector<int> layers_or_throw(const JobConfig& cfg, const Layout& layout) {
@@ -83,11 +92,12 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       grid_(grid),
       coord_(grid.coords(rank)),
       backend_(backend ? std::move(backend)
-                       : make_backend(std::is_same_v<T, double> ? "fp64" : cfg.training.dtype == "bf16" ? "bf16" : "fp32")),
-      host_access_groups_(device::strict_backend_requested()
-                              ? bracket_groups(groups, *backend_)
-                              : Groups{}),
-      groups_(device::strict_backend_requested() ? host_access_groups_ : groups),
+                       : make_backend(cfg.training,
+                                      std::is_same_v<T, double> ? "fp64" : cfg.training.dtype == "bf16" ? "bf16" : "fp32")),
+      host_access_groups_(device::strict_backend_requested() ? bracket_groups(groups, *backend_)
+                          : !backend_->host_addressable()   ? device_local_groups(groups, *backend_)
+                                                            : Groups{}),
+      groups_(device::strict_backend_requested() || !backend_->host_addressable() ? host_access_groups_ : groups),
       tp_(groups_[GroupKind::tp]),
       dp_(groups_[GroupKind::dp_cp]),
       pp_(groups_[GroupKind::pp]),

@@ -218,4 +218,31 @@ class HostAccessComm final : public Comm {
   device::Backend& backend_;
 };
 
+// The group of one process on a device backend (training.device = "cuda" at world 1): LocalComm's copies, made
+// by the backend when the buffers are its device memory (a host memmove there would read device memory from
+// the host), and by memmove when they are host memory (the host conveniences). A mixed pair is refused.
+class DeviceLocalComm final : public Comm {
+ public:
+  using Comm::all_gather;
+  using Comm::all_reduce;
+  using Comm::reduce_scatter;
+  explicit DeviceLocalComm(device::Backend& backend) : backend_(backend) {}
+  int size() const override { return 1; }
+  int rank() const override { return 0; }
+  void all_reduce(Buf, ReduceOp) override {}
+  void reduce_scatter(Buf send, Buf recv, ReduceOp) override { copy(recv, send, recv.n, "reduce_scatter"); }
+  void all_gather(Buf send, Buf recv) override { copy(recv, send, send.n, "all_gather"); }
+  void broadcast(Buf, int) override {}
+  Request isend(Buf b, int p, int t) override { return host_.isend(b, p, t); }   // throws: no peer
+  Request irecv(Buf b, int p, int t) override { return host_.irecv(b, p, t); }
+  int max_tag() const override { return 0; }
+  void all_to_all(Buf send, const std::int64_t* send_counts, Buf recv, const std::int64_t* recv_counts) override;
+  void barrier() override {}
+
+ private:
+  void copy(Buf dst, Buf src, std::int64_t n, const char* what);
+  device::Backend& backend_;
+  LocalComm host_;
+};
+
 }  // namespace meshrun::comm

@@ -21,5 +21,8 @@ Groups make_local_groups();
 // The same groups with host access to `backend` for every operation and outstanding request
 // (HostAccessComm); `g` and `backend` must outlive them.
 Groups bracket_groups(const Groups& g, device::Backend& backend);
+// For a backend whose memory the host cannot address (CUDA): every group of `g` must have one process; each
+// becomes a DeviceLocalComm on `backend`. Throws std::invalid_argument naming a larger group.
+Groups device_local_groups(const Groups& g, device::Backend& backend);
 
 }  // namespace meshrun::comm

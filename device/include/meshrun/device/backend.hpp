@@ -156,6 +156,11 @@ class Backend {
   // True where a Buf's memory is ordinary host memory the caller may read and write at any time (the CPU
   // backends): a checkpoint load then reads straight into it instead of staging and uploading.
   virtual bool host_addressable() const { return false; }
+  // Whether `p` is in this backend's device memory (not host memory): a host-addressable backend's never is.
+  virtual bool is_device_memory(const void* p) const {
+    (void)p;
+    return false;
+  }
 
   // Time spent per kernel kind so far (ms; CUDA: CUDA events on the compute stream), largest first.
   virtual std::vector<std::pair<std::string, double>> kernel_times() { return {}; }

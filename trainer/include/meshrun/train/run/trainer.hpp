@@ -136,7 +136,9 @@ class Trainer {
   RankGrid grid_;
   Coord coord_;
   std::unique_ptr<device::Backend> backend_;  // the kernels every layer calls (CPU: training.dtype)
-  Groups host_access_groups_;  // the strict backend's: the caller's groups, each call bracketed with host access
+  // The strict backend's (the caller's groups, each call bracketed with host access), or a device backend's
+  // (one process: DeviceLocalComm); empty otherwise.
+  Groups host_access_groups_;
   const Groups& groups_;
   Comm& tp_;
   Comm& dp_;  // dp·cp: the replica group of dense units
