@@ -7,6 +7,8 @@
 #     amplified: the CPU backend alone, tp 1 against tp 2 in bf16, differs by 5% in grad norm at step 6 and 54%
 #     at step 7, measured 2026-12-06; no two correct orders agree there). Measured here (2026-12-06, fused
 #     attention): tiny within 1.6e-5 (loss) and 9.2e-4 (grad norm), tiny-moe 9.7e-5 and 1.4e-4;
+#   - the validation loss (data.valid, training.eval_interval = 4) at steps 4 and 8 within 5e-4: evaluation runs
+#     on the device too;
 #   - a save at step 4 and a resume give the uninterrupted run's steps 5..8 bit for bit;
 #   - the run header and the metrics' run record name the emulated device;
 #   - more than one rank is refused in one line (no NCCL communicator yet).
@@ -20,8 +22,12 @@ source "$(dirname "$0")/../trainer/cli_lib.sh"
 
 mkdir -p "$DIR/text"
 write_lcg_corpus "$DIR/text/corpus.txt"
+# Validation data: the corpus's last 8 KiB as byte-level uint16 tokens (a raw token file).
+python3 -c 'import sys; b = open(sys.argv[1], "rb").read()[-8192:]; open(sys.argv[2], "wb").write(b"".join(x.to_bytes(2, "little") for x in b))' \
+  "$DIR/text/corpus.txt" "$DIR/valid.bin"
 common=(--set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin" --set training.steps=8 --set parallel.tp=1
-        --set parallel.ep=1 --set training.lr=1e-3 --set training.min_lr=1e-4)
+        --set parallel.ep=1 --set training.lr=1e-3 --set training.min_lr=1e-4 --set data.valid="$DIR/valid.bin"
+        --set training.eval_interval=4)
 
 # check.py CPU CUDA [SCALE_STEP]: the bounds above; SCALE_STEP multiplies that step's CUDA loss by 1.001 (the
 # negative case: a tenth of a percent fails).
@@ -33,8 +39,11 @@ if len(sys.argv) > 3: b[int(sys.argv[3]) - 1]["loss"] *= 1.001
 if len(a) != 8 or len(b) != 8: sys.exit(f"expected 8 steps, got {len(a)} and {len(b)}")
 worst_l = max(abs(y["loss"] - x["loss"]) / x["loss"] for x, y in zip(a, b))
 worst_g = max(abs(y["grad_norm"] - x["grad_norm"]) / x["grad_norm"] for x, y in zip(a, b))
-print(f"over 8 steps: loss within {worst_l:.2e}, grad norm within {worst_g:.2e}")
-sys.exit(0 if worst_l <= 5e-4 and worst_g <= 5e-3 else 1)
+evals = [(x.get("eval_loss"), y.get("eval_loss")) for x, y in zip(a, b) if x["step"] in (4, 8)]
+if any(x is None or y is None for x, y in evals): sys.exit(f"no eval_loss at steps 4 and 8: {evals}")
+worst_e = max(abs(y - x) / x for x, y in evals)
+print(f"over 8 steps: loss within {worst_l:.2e}, grad norm within {worst_g:.2e}, eval loss (steps 4, 8) within {worst_e:.2e}")
+sys.exit(0 if worst_l <= 5e-4 and worst_g <= 5e-3 and worst_e <= 5e-4 else 1)
 PY
 
 run_pair() {   # NAME TEMPLATE CUDA_EXTRA... (for the CUDA run only)
@@ -78,7 +87,7 @@ print({s: (a.get(s), b[s]) for s in b}) if not ok else None
 sys.exit(0 if ok else 1)
 PY
 
-expect 2 'training.device = "cuda" runs at world 1 only so far (2 ranks here)' "two ranks on CUDA are refused in one line" -- \
+expect 2 'training.device = "cuda" runs at world 1 only so far (the layout has 2 ranks)' "two ranks on CUDA are refused in one line" -- \
   "$MPIRUN" --oversubscribe --allow-run-as-root -np 2 "$TRAIN" "$TINY" "${common[@]}" --set parallel.tp=2 \
   --set training.device=cuda
 [[ $(grep -c "meshrun-train:" "$DIR/out") -eq 1 ]] && pass "the refusal is one line" || bad "the refusal is not one line"

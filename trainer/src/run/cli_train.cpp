@@ -627,9 +627,9 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
 }
 
 // training.device = "cuda" runs one process on the CUDA backend (the ON build on a GPU, the EMULATED build on
-// the host's CPU, docs/gpu.md); refused in one line where it cannot: no backend or device here, a dtype the
-// backend does not keep, or more than one rank (those need the NCCL communicator, which does not exist yet).
-std::string cuda_refusal(const TrainingSpec& t, int world) {
+// the host's CPU, docs/gpu.md); refused in one line where it cannot: no backend or device here, or a dtype the
+// backend does not keep. More than one rank is the rules' trainer-device (validate_trainer), checked before.
+std::string cuda_refusal(const TrainingSpec& t) {
   std::string why;
   if (device::cuda_device_count(&why) == 0) return "training.device = \"cuda\": " + why;
   try {
@@ -638,10 +638,6 @@ std::string cuda_refusal(const TrainingSpec& t, int world) {
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
-  if (world > 1)
-    return "training.device = \"cuda\" runs at world 1 only so far (" + std::to_string(world) +
-           " ranks here): more ranks need the NCCL communicator, which meshrun does not have yet (docs/gpu.md); run one "
-           "process, or use training.device = \"cpu\"";
   return "";
 }
 
@@ -714,7 +710,7 @@ int run(int argc, char** argv, int rank, int world) {
                                         : missing);
   }
   if (cfg.training.device == "cuda")
-    if (const std::string why = cuda_refusal(cfg.training, world); !why.empty()) throw InputError(why);
+    if (const std::string why = cuda_refusal(cfg.training); !why.empty()) throw InputError(why);
   try {
     (void)build_param_table(cfg.model, layout->tp, 0);
   } catch (const std::invalid_argument& e) {
