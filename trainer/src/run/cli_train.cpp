@@ -549,8 +549,13 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     std::printf("meshrun-train: %s\n", heartbeat.status().c_str());
     std::fflush(stdout);
     if (metrics) {
-      RunFacts facts{start, trainer.table().global_size(), pipeline_schedule_name(kind), trainer.geometry().microbatches,
-                     static_cast<int>(layout.world()), 1, 1, 0, trainer.backend().name()};
+      RunFacts facts;
+      facts.start_step = start;
+      facts.params = trainer.table().global_size();
+      facts.schedule = pipeline_schedule_name(kind);
+      facts.microbatches = trainer.geometry().microbatches;
+      facts.world = static_cast<int>(layout.world());
+      facts.backend = trainer.backend().name();
       std::vector<std::string> nodes;
       for (const RankPlace& p : places)
         if (std::find(nodes.begin(), nodes.end(), p.node) == nodes.end()) nodes.push_back(p.node);
