@@ -399,6 +399,7 @@ class CudaBackend final : public Backend {
   }
   // The stream behind Stream::compute / Stream::comm (a communicator issues its work on the comm one).
   cudaStream_t stream(Stream s) const { return s == Stream::comm ? comm_ : stream_; }
+  void* native_stream(Stream s) override { return static_cast<void*>(stream(s)); }
 
   void adamw(std::span<const AdamTensor> ts, const AdamW& hp) override {
     Timer t(*this, "adamw");

@@ -41,9 +41,14 @@ Precision Precision::for_run(const std::string& device, const std::string& dtype
   throw std::invalid_argument("training.device='" + device + "' is unknown; use \"cpu\" or \"cuda\"");
 }
 
-int task_cuda_device(int visible) {
+int task_cuda_device(int visible, int default_device) {
   const char* env = std::getenv("MESHRUN_CUDA_DEVICE");
-  if (!env || !*env) return 0;
+  if (!env || !*env) {
+    if (default_device >= visible)
+      throw std::invalid_argument("node-local rank " + std::to_string(default_device) + " has no CUDA device of its own (" +
+                                  std::to_string(visible) + " visible): start one task per GPU, or set MESHRUN_CUDA_DEVICE");
+    return default_device;
+  }
   char* end = nullptr;
   long d = std::strtol(env, &end, 10);
   if (*end != '\0' || d < 0 || d >= visible)

@@ -24,7 +24,7 @@ bool is_trainer_rule(std::string_view name) {
   static constexpr std::string_view kTrainerRules[] = {"rope-head-dim", "expert-width-tp",         "trainer-mlp",
                                                        "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule",
                                                        "router-aux-pp", "data-blend",              "data-source",
-                                                       "eval-valid",    "trainer-device"};
+                                                       "eval-valid"};
   return std::find(std::begin(kTrainerRules), std::end(kTrainerRules), name) != std::end(kTrainerRules);
 }
 
@@ -92,14 +92,6 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
   if (cfg.training.eval_interval > 0 && d.valid.empty())
     p.push_back({"eval-valid", "training.eval_interval = " + s(cfg.training.eval_interval) +
                                    " needs validation data; set data.valid to a path or a blend (or eval_interval = 0)"});
-  // The CUDA backend trains one process; more ranks need the NCCL communicator (docs/gpu.md). Here, so that the
-  // dry run, the launcher and the plugin refuse it before an allocation is spent, as meshrun-train does.
-  check("trainer-device");
-  if (cfg.training.device == "cuda" && l.world() > 1)
-    p.push_back({"trainer-device", "training.device = \"cuda\" runs at world 1 only so far (the layout has " +
-                                       s(l.world()) + " ranks): more ranks need the NCCL communicator meshrun-train "
-                                       "does not have yet (docs/gpu.md); use one rank, training.device = \"cpu\", or "
-                                       "plan for another trainer with --for"});
   return p;
 }
 

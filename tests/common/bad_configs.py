@@ -31,8 +31,6 @@ TABLE = [
      "data.blend and data.text are both set; the blend replaces data.path: remove one of them"),
     ("eval-valid", "tiny.toml", {"training": {"eval_interval": "10"}},
      "training.eval_interval = 10 needs validation data; set data.valid to a path or a blend (or eval_interval = 0)"),
-    ("trainer-device", "tiny.toml", {"training": {"device": '"cuda"'}},
-     'training.device = "cuda" runs at world 1 only so far (the layout has 4 ranks): more ranks need the NCCL communicator meshrun-train does not have yet (docs/gpu.md); use one rank, training.device = "cpu", or plan for another trainer with --for'),
 ]
 
 

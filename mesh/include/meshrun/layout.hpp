@@ -103,7 +103,7 @@ bool is_layout_rule(std::string_view name);
 // whatever the dry run accepts, the trainer runs. `meshrun plan --for megatron|torchtitan` leaves them out.
 // Check ids (is_trainer_rule): rope-head-dim, expert-width-tp, trainer-mlp, trainer-tied-embeddings, cp-comm,
 // pipeline-schedule, router-aux-pp (router_aux = "hf" pools over layers: pp = 1), data-source, data-blend,
-// eval-valid, trainer-device (training.device = "cuda" at world 1 only).
+// eval-valid.
 std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& layout,
                                       std::vector<std::string>* checks_run = nullptr);
 bool is_trainer_rule(std::string_view name);

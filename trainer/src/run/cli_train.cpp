@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -37,6 +38,9 @@
 #include "trace_run.hpp"
 #include "watchdog.hpp"
 #include "meshrun/comm/mpi.hpp"
+#ifdef MESHRUN_HAVE_CUDA
+#include "meshrun/comm/nccl.hpp"
+#endif
 #include "meshrun/version.hpp"
 
 using meshrun::comm::make_mpi_groups;
@@ -512,6 +516,40 @@ void finish_run(Trainer<T>& trainer, const JobConfig& cfg, RunCheckpoints<T>& ch
   }
 }
 
+// The device is MESHRUN_CUDA_DEVICE, else the node-local rank (as torchrun's LOCAL_RANK); one device per rank.
+// Returns the run header's line.
+std::string open_nccl(const JobConfig& cfg, const RankGrid& grid, int rank, std::unique_ptr<device::Backend>& backend,
+                      Groups& groups) {
+#ifdef MESHRUN_HAVE_CUDA
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  std::string why;
+  int index = 0;
+  try {
+    std::string none;
+    index = device::task_cuda_device(device::cuda_device_count(&none), local);
+    backend = make_backend(cfg.training, cfg.training.dtype, index);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  collective_check(why, rank, static_cast<int>(grid.world()));
+  try {
+    groups = comm::make_nccl_groups(MPI_COMM_WORLD, grid, *backend, index);
+  } catch (const std::invalid_argument& e) {   // every rank: two ranks on one device
+    throw InputError(e.what());
+  }
+  return "meshrun-train: comm NCCL " + comm::nccl_version() + " for device tensors, one communicator per group; " +
+         (std::getenv("MESHRUN_CUDA_DEVICE") ? "device MESHRUN_CUDA_DEVICE" : "device = node-local rank") +
+         "; MPI for host values (counts, sums of metrics, checkpoint metadata)";
+#else
+  (void)cfg, (void)grid, (void)rank, (void)backend, (void)groups;
+  throw InputError("training.device = \"cuda\" at world > 1: this meshrun-train was built without CUDA and NCCL");
+#endif
+}
+
 template <class T>
 int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank) {
   const RankGrid grid(layout);
@@ -522,7 +560,18 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   const std::unique_ptr<SampleSource> samples = open_sample_source(cfg, rank, false, &data_line);
   const std::unique_ptr<SampleSource> valid =
       cfg.data.valid.empty() ? nullptr : open_sample_source(cfg, rank, true, &valid_line);
-  Trainer<T> trainer(cfg, grid, rank, groups);
+  // CUDA at world > 1: the backend on this rank's device and NCCL groups over it (docs/gpu.md, "NCCL").
+  std::unique_ptr<device::Backend> device_backend;
+  Groups device_groups;
+  std::string nccl_line;
+  if (cfg.training.device == "cuda" && layout.world() > 1) nccl_line = open_nccl(cfg, grid, rank, device_backend, device_groups);
+#ifdef MESHRUN_HAVE_CUDA
+  // NCCL reports a lost peer or link only through ncclCommGetAsyncError: the heartbeat thread polls it, aborts the
+  // communicators (so that the blocked call returns, as NCCL's docs ask) and ends the rank with one line.
+  if (!nccl_line.empty()) heartbeat.watch(comm::nccl_async_error, comm::abort_nccl_communicators);
+#endif
+  const Groups& trainer_groups = device_backend ? device_groups : groups;
+  Trainer<T> trainer(cfg, grid, rank, trainer_groups, {}, std::move(device_backend));
   const CheckpointSpec& ck = cfg.checkpoint;
   const int world = layout.world();
   prepare_checkpoint_dir(ck, rank, world);
@@ -543,6 +592,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
     const PipelineSchedule kind = trainer.schedule().spec.kind;
     print_run_banner(cfg, layout, trainer.table().global_size(), kind, trainer.geometry().microbatches);
     if (cfg.training.device == "cuda") std::printf("meshrun-train: device %s\n", trainer.backend().name().c_str());
+    if (!nccl_line.empty()) std::printf("%s\n", nccl_line.c_str());
     for (const std::string* l : {&data_line, &valid_line})
       if (!l->empty()) std::printf("%s\n", l->c_str());
     print_utilization(util, metrics_to.path, metrics_to.why);
@@ -631,9 +681,9 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   return 0;
 }
 
-// training.device = "cuda" runs one process on the CUDA backend (the ON build on a GPU, the EMULATED build on
-// the host's CPU, docs/gpu.md); refused in one line where it cannot: no backend or device here, or a dtype the
-// backend does not keep. More than one rank is the rules' trainer-device (validate_trainer), checked before.
+// training.device = "cuda" runs on the CUDA backend, one device per rank, NCCL between ranks (the ON build on GPUs,
+// the EMULATED build on the host's CPU with the fake NCCL, docs/gpu.md); refused in one line where it cannot: no
+// backend or device here, or a dtype the backend does not keep.
 std::string cuda_refusal(const TrainingSpec& t) {
   std::string why;
   if (device::cuda_device_count(&why) == 0) return "training.device = \"cuda\": " + why;

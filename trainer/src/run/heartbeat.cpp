@@ -122,6 +122,8 @@ struct Heartbeat::Impl {
   std::atomic<int> step{0};
   std::atomic<bool> stop{false};
   std::thread thread;
+  std::function<std::string()> check;   // watch(), under mu
+  std::function<void()> before_exit;
   std::string status;
   bool on = false;
 
@@ -207,6 +209,15 @@ struct Heartbeat::Impl {
     ::_exit(1);
   }
 
+  [[noreturn]] void name_problem(const std::string& what, const std::function<void()>& last) {
+    const std::string line = "meshrun-train: " + describe_rank(rank, places[rank]) + ": " + what + " while it " +
+                             state_text(make(kBeat)) + "; ending this rank";
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+    if (last) last();
+    ::_exit(1);
+  }
+
   void run() {
     double last_sent = 0;
     while (!stop.load()) {
@@ -217,6 +228,15 @@ struct Heartbeat::Impl {
       if (now - last_sent >= kInterval) {
         send_all(kBeat);
         last_sent = now;
+        std::function<std::string()> poll;
+        std::function<void()> last;
+        {
+          const std::lock_guard<std::mutex> lock(mu);
+          poll = check;
+          last = before_exit;
+        }
+        if (poll)
+          if (const std::string problem = poll(); !problem.empty()) name_problem(problem, last);
       }
       int silent = -1;
       double silence = 0;
@@ -345,6 +365,11 @@ Heartbeat::~Heartbeat() {
 }
 
 void Heartbeat::set_step(int step) { impl_->step = step; }
+void Heartbeat::watch(std::function<std::string()> check, std::function<void()> before_exit) {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->check = std::move(check);
+  impl_->before_exit = std::move(before_exit);
+}
 bool Heartbeat::on() const { return impl_->on; }
 const std::string& Heartbeat::status() const { return impl_->status; }
 

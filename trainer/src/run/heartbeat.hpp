@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ class Heartbeat {
   Heartbeat& operator=(const Heartbeat&) = delete;
 
   void set_step(int step);  // the step this rank is in (1-based), sent with each beat
+  // Also polled by the heartbeat thread, about once a second: a non-empty answer (a problem the thread can see
+  // but the training thread, blocked in it, cannot: NCCL's asynchronous errors) ends this rank with one line,
+  // then `before_exit` (NCCL: abort the communicators). Nothing is polled while the heartbeat is off.
+  void watch(std::function<std::string()> check, std::function<void()> before_exit);
   bool on() const;
   // One line for the banner: how it works here, or why it is off.
   const std::string& status() const;

@@ -45,26 +45,28 @@ BatchGeometry geometry_or_throw(const JobConfig& cfg, const Layout& layout) {
   if (!g) throw std::invalid_argument(why);
   return *g;
 }
-// training.device = "cuda": the CUDA backend on the task's device (MESHRUN_CUDA_DEVICE among the visible ones),
-// with Precision::cuda's dtypes. Otherwise the CPU backend of the trainer's type (training.dtype); the strict one
-// (a test instrument) when MESHRUN_STRICT_BACKEND=1.
-std::unique_ptr<device::Backend> make_backend(const TrainingSpec& t, const std::string& dtype) {
-  if (t.device == "cuda") {
-    std::string why;
-    const int visible = device::cuda_device_count(&why);
-    if (visible == 0) throw std::invalid_argument("training.device = \"cuda\": " + why);
-    return device::make_cuda_backend(
-        device::Precision::for_run(t.device, t.dtype, t.param_dtype, t.grad_dtype, t.optim_dtype),
-        device::task_cuda_device(visible));
-  }
-  return device::strict_backend_requested() ? device::make_strict_cpu_backend(dtype) : device::make_cpu_backend(dtype);
-}
 std::vector<int> layers_or_throw(const JobConfig& cfg, const Layout& layout) {
   auto v = chunk_layers(cfg.model.layers, layout.pp * layout.virtual_stages);
   if (!v) throw std::invalid_argument("model.layers cannot be split into pp·virtual_stages pipeline chunks");
   return *v;
 }
 }  // namespace
+
+// training.device = "cuda": the CUDA backend on the task's device (MESHRUN_CUDA_DEVICE among the visible ones, else
+// default_device: the node-local rank at world > 1),
+// with Precision::cuda's dtypes. Otherwise the CPU backend of the trainer's type (training.dtype); the strict one
+// (a test instrument) when MESHRUN_STRICT_BACKEND=1.
+std::unique_ptr<device::Backend> make_backend(const TrainingSpec& t, const std::string& dtype, int default_device) {
+  if (t.device == "cuda") {
+    std::string why;
+    const int visible = device::cuda_device_count(&why);
+    if (visible == 0) throw std::invalid_argument("training.device = \"cuda\": " + why);
+    return device::make_cuda_backend(
+        device::Precision::for_run(t.device, t.dtype, t.param_dtype, t.grad_dtype, t.optim_dtype),
+        device::task_cuda_device(visible, default_device));
+  }
+  return device::strict_backend_requested() ? device::make_strict_cpu_backend(dtype) : device::make_cpu_backend(dtype);
+}
 
 template <class T>
 std::vector<Comm*> Trainer<T>::unit_groups() const {
@@ -94,10 +96,13 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       backend_(backend ? std::move(backend)
                        : make_backend(cfg.training,
                                       std::is_same_v<T, double> ? "fp64" : cfg.training.dtype == "bf16" ? "bf16" : "fp32")),
-      host_access_groups_(device::strict_backend_requested() ? bracket_groups(groups, *backend_)
-                          : !backend_->host_addressable()   ? device_local_groups(groups, *backend_)
-                                                            : Groups{}),
-      groups_(device::strict_backend_requested() || !backend_->host_addressable() ? host_access_groups_ : groups),
+      host_access_groups_(groups.device_memory                  ? Groups{}
+                          : device::strict_backend_requested() ? bracket_groups(groups, *backend_)
+                          : !backend_->host_addressable()      ? device_local_groups(groups, *backend_)
+                                                               : Groups{}),
+      groups_(!groups.device_memory && (device::strict_backend_requested() || !backend_->host_addressable())
+                  ? host_access_groups_
+                  : groups),
       tp_(groups_[GroupKind::tp]),
       dp_(groups_[GroupKind::dp_cp]),
       pp_(groups_[GroupKind::pp]),

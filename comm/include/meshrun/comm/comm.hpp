@@ -1,9 +1,10 @@
 // Communication: one interface over the collectives the five axes need, on backend buffers (Buf), with
-// an MPI backend over host memory (mpi.cpp) and a size-1 backend (LocalComm). NCCL plugs in behind the
-// same interface (docs/gpu.md).
+// an MPI backend over host memory (mpi.cpp), a size-1 backend (LocalComm), and NCCL for a CUDA backend's
+// device buffers (NcclComm, nccl.hpp / nccl_comm.cpp: stream-ordered, Requests that order the compute stream;
+// docs/gpu.md, "NCCL").
 //
 // The contract every implementation keeps, and the trainer relies on:
-// - Every rank of a group gets identical bits from a reduction. The MPI implementation goes further and
+// - Every rank of a group gets identical bits from a reduction (NCCL's too). The MPI implementation goes further and
 //   sums in a fixed order, ((x_0 + x_1) + x_2) + ... over group ranks whatever the chunking, so
 //   all_reduce == reduce_scatter + all_gather bit for bit and ZeRO stages that only move the reduction
 //   point compute identical numbers; that is a property of MpiComm (and why CPU runs are bit-exact across

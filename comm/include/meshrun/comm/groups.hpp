@@ -1,5 +1,6 @@
 // The communicators of one rank, one per group kind of the mesh rank map (no MPI here: the MPI groups
-// come from mpi.hpp's make_mpi_groups, a single process's from make_local_groups).
+// come from mpi.hpp's make_mpi_groups, NCCL's from nccl.hpp's make_nccl_groups, a single process's from
+// make_local_groups).
 #pragma once
 #include <array>
 #include <functional>
@@ -14,6 +15,9 @@ namespace meshrun::comm {
 struct Groups {
   std::array<std::unique_ptr<Comm>, kGroupKinds.size()> by_kind;
   std::unique_ptr<Comm> world;
+  // Every communicator moves the device backend's buffers itself (NCCL: make_nccl_groups in nccl.hpp); otherwise
+  // only host memory (MPI) or copies within one process.
+  bool device_memory = false;
   Comm& operator[](GroupKind k) const { return *by_kind[static_cast<int>(k)]; }
 };
 // Every group of size 1 (a single-process run, no MPI needed).

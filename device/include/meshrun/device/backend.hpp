@@ -138,6 +138,9 @@ class Backend {
   virtual Event record(Stream s) = 0;
   virtual void wait(Stream s, Event e) = 0;
   virtual void release(Event& e) = 0;
+  // The backend's own handle of `s` (CUDA: its cudaStream_t), for a communicator that enqueues on it (NCCL);
+  // nullptr where calls complete on return (the CPU backends).
+  virtual void* native_stream(Stream s) { (void)s; return nullptr; }
 
   virtual void adamw(std::span<const AdamTensor> tensors, const AdamW& hp) = 0;
   virtual double sum_squares(std::span<const Buf> xs) = 0;   // Σ over all tensors, in double on the host
@@ -224,8 +227,9 @@ int cuda_device_count(std::string* why);
 std::unique_ptr<Backend> make_cuda_backend(const Precision& p, int device);
 
 // The device index a task uses: MESHRUN_CUDA_DEVICE (set by the launcher: the task's index in
-// CUDA_VISIBLE_DEVICES) or 0. Throws std::invalid_argument with one line when it is not an index below
+// CUDA_VISIBLE_DEVICES), else default_device (meshrun-train at world > 1 passes the node-local rank, as
+// torchrun's LOCAL_RANK picks a GPU). Throws std::invalid_argument with one line when it is not an index below
 // `visible`.
-int task_cuda_device(int visible);
+int task_cuda_device(int visible, int default_device = 0);
 
 }  // namespace meshrun::device

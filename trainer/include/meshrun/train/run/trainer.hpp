@@ -71,6 +71,10 @@ std::string check_train_setup(const JobConfig& cfg, const Layout& layout);
 // The pipeline schedule of a setup (pp = 1 runs the same table machinery with one stage).
 ScheduleSpec schedule_spec(const JobConfig& cfg, const Layout& layout, const BatchGeometry& geometry);
 
+// The backend of training.device (CUDA on MESHRUN_CUDA_DEVICE, else default_device; or the CPU backend of `dtype`,
+// the strict one when MESHRUN_STRICT_BACKEND=1). Throws std::invalid_argument with one line when there is no device.
+std::unique_ptr<device::Backend> make_backend(const TrainingSpec& t, const std::string& dtype, int default_device = 0);
+
 template <class T>
 class Trainer {
  public:
@@ -82,8 +86,9 @@ class Trainer {
     bool moe_wrong_rank = false;        // EP: one assignment is sent to the next EP rank's expert
     RouterLogitsObserver router_logits;  // MoE: sees every router's logits (the aux loss's independent check)
   };
-  // rank: this process's rank in `grid`; groups: its communicators (make_mpi_groups, make_local_groups).
-  // backend: the kernels' (null: the CPU backend of training.dtype, or the strict one, see trainer.cpp).
+  // rank: this process's rank in `grid`; groups: its communicators (make_mpi_groups, make_local_groups; for a
+  // CUDA backend at world > 1 make_nccl_groups over that backend, passed here too).
+  // backend: the kernels' (null: make_backend(cfg.training, ...)).
   Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const Groups& groups, const TestFaults& faults = {},
           std::unique_ptr<device::Backend> backend = nullptr);
   device::Backend& backend() const { return *backend_; }
