@@ -4,8 +4,10 @@
 # Runs build/device/meshrun-gpu-check (built on a build machine with -DMESHRUN_CUDA=ON and carried along;
 # override with MESHRUN_GPU_CHECK=path). cuBLASLt is taken from the system if the loader finds it, else
 # from the pip wheel nvidia-cublas (put on LD_LIBRARY_PATH). The output is also written to
-# $OUT/gpu-check.log when OUT is set. Exit status: the binary's (0 all passed, 1 a check failed),
-# 2 when something it needs is missing (named on stderr).
+# $OUT/gpu-check.log when OUT is set. Then build/device/meshrun-nccl-check (every NcclComm operation at world 1
+# on the machine's libnccl, from the system or the pip wheel nvidia-nccl; MESHRUN_NCCL_CHECK=path overrides; it is
+# skipped with a line saying why when absent or when libnccl is not found). Exit status: the binaries' worst
+# (0 all passed, 1 a check failed), 2 when something meshrun-gpu-check needs is missing (named on stderr).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${MESHRUN_GPU_CHECK:-$root/build/device/meshrun-gpu-check}"
@@ -13,13 +15,14 @@ die() { echo "bench/gpu/check.sh: $*" >&2; exit 2; }
 
 [ -x "$bin" ] || die "$bin not found: build it with 'cmake -S . -B build -G Ninja -DMESHRUN_CUDA=ON && ninja -C build meshrun-gpu-check' on a machine with the CUDA toolkit, and bring build/device/meshrun-gpu-check along (or set MESHRUN_GPU_CHECK)"
 
-# cuBLASLt from a pip wheel when the loader does not already find it.
-if ldd "$bin" 2>/dev/null | grep -q 'libcublasLt.*not found'; then
+# cuBLASLt (and libnccl, for meshrun-nccl-check) from pip wheels when the loader does not already find them.
+nccl_bin="${MESHRUN_NCCL_CHECK:-$root/build/device/meshrun-nccl-check}"
+if ldd "$bin" 2>/dev/null | grep -q 'libcublasLt.*not found' || { [ -x "$nccl_bin" ] && ldd "$nccl_bin" 2>/dev/null | grep -q 'libnccl.*not found'; }; then
   dirs=""
   if command -v python3 >/dev/null; then
     dirs=$(python3 - <<'PY' 2>/dev/null
 import importlib.util, os
-for mod in ("nvidia.cublas", "nvidia.cu13", "nvidia.cuda_runtime"):
+for mod in ("nvidia.cublas", "nvidia.cu13", "nvidia.cuda_runtime", "nvidia.nccl"):
     try:
         spec = importlib.util.find_spec(mod)
     except Exception:
@@ -37,7 +40,7 @@ PY
     [ -d "$d" ] && dirs="$dirs"$'\n'"$d"
   done
   for d in $dirs; do
-    ls "$d"/libcublasLt.so* >/dev/null 2>&1 && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    ls "$d"/libcublasLt.so* "$d"/libnccl.so* >/dev/null 2>&1 && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   done
 fi
 missing=$(ldd "$bin" 2>&1 | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
@@ -48,13 +51,20 @@ if ! err=$("$bin" --dry-run 2>&1 >/dev/null); then die "$bin does not start here
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 echo "binary: $bin"
 echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}"
-if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT"
-  timeout 290 "$bin" "$@" 2>&1 | tee "$OUT/gpu-check.log"
-  rc=${PIPESTATUS[0]}
+log=/dev/null
+if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; log="$OUT/gpu-check.log"; fi
+timeout 260 "$bin" "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 124 ] && echo "bench/gpu/check.sh: stopped after 260 s (the 5-minute budget)" >&2
+# NCCL at world 1 (a one-rank communicator, send/receive to itself): what one GPU can say of NcclComm.
+if [ ! -x "$nccl_bin" ]; then
+  echo "nccl: not checked: $nccl_bin not found (ninja -C build meshrun-nccl-check on the build machine, and bring it along)" | tee -a "$log"
+elif missing=$(ldd "$nccl_bin" 2>&1 | grep 'not found' | awk '{print $1}' | tr '\n' ' '); [ -n "$missing" ]; then
+  echo "nccl: not checked: $nccl_bin needs ${missing% } which the loader cannot find (pip install nvidia-nccl-cu13, or add its lib/ to LD_LIBRARY_PATH)" | tee -a "$log"
 else
-  timeout 290 "$bin" "$@"
-  rc=$?
+  timeout 30 "$nccl_bin" 2>&1 | tee -a "$log"
+  nrc=${PIPESTATUS[0]}
+  [ "$nrc" -eq 124 ] && echo "bench/gpu/check.sh: meshrun-nccl-check stopped after 30 s" | tee -a "$log" >&2
+  [ "$nrc" -gt "$rc" ] && rc=$nrc
 fi
-[ "$rc" -eq 124 ] && echo "bench/gpu/check.sh: stopped after 290 s (the 5-minute budget)" >&2
 exit "$rc"

@@ -9,7 +9,6 @@
 // or a pipeline's send and receive must be in one group or the two ranks deadlock. Queuing keeps each peer's
 // posting order, which NCCL matches in (there are no tags).
 #include <nccl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <memory>
@@ -18,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/comm/mpi.hpp"
 #include "meshrun/comm/nccl.hpp"
+#include "nccl_internal.hpp"
 #include "meshrun/comm/wait_state.hpp"
 #include "meshrun/device/backend.hpp"
 
@@ -41,11 +40,15 @@ std::vector<Registered>& registry() {
   return comms;
 }
 
-void check(ncclResult_t r, const std::string& what, ncclComm_t c = nullptr) {
+}  // namespace
+
+void check(ncclResult_t r, const std::string& what, ncclComm_t c) {
   if (r == ncclSuccess) return;
   const char* last = ncclGetLastError(c);
   throw std::runtime_error(what + " failed: " + ncclGetErrorString(r) + (last && *last ? std::string(" (") + last + ")" : ""));
 }
+
+namespace {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -107,7 +110,7 @@ class NcclComm final : public Comm {
 
   void all_reduce(Buf b, ReduceOp op) override {
     if (!on_device(b, b, "all_reduce")) return host_->all_reduce(b, op);
-    if (size() == 1 || b.n == 0) return;
+    if (b.n == 0) return;
     launch("all_reduce", [&](cudaStream_t s) {
       return ncclAllReduce(b.p, b.p, static_cast<std::size_t>(b.n), nccl_type(b.t), nccl_op(op), nc_, s);
     }).wait();
@@ -130,7 +133,7 @@ class NcclComm final : public Comm {
   }
   void broadcast(Buf b, int root) override {
     if (!on_device(b, b, "broadcast")) return host_->broadcast(b, root);
-    if (size() == 1 || b.n == 0) return;
+    if (b.n == 0) return;
     launch("broadcast", [&](cudaStream_t s) {
       return ncclBroadcast(b.p, b.p, static_cast<std::size_t>(b.n), nccl_type(b.t), root, nc_, s);
     }).wait();
@@ -252,52 +255,22 @@ class NcclComm final : public Comm {
   std::vector<Queued> queued_;
 };
 
-Groups make_nccl_groups(MPI_Comm base, const RankGrid& grid, Backend& backend, int device_index) {
-  Groups host = make_mpi_groups(base, grid);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(base, &rank);
-  MPI_Comm_size(base, &size);
-  // One device per rank: NCCL refuses two ranks of a communicator on one GPU ("Duplicate GPU detected").
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  std::vector<char> names(sizeof name * static_cast<std::size_t>(size));
-  std::vector<int> devices(static_cast<std::size_t>(size));
-  MPI_Allgather(name, sizeof name, MPI_CHAR, names.data(), sizeof name, MPI_CHAR, base);
-  MPI_Allgather(&device_index, 1, MPI_INT, devices.data(), 1, MPI_INT, base);
-  // Every rank checks every pair, so that all of them refuse together (none goes on into ncclCommInitRank alone).
-  for (int a = 0; a < size; ++a)
-    for (int b = a + 1; b < size; ++b) {
-      const char* host_a = names.data() + sizeof name * static_cast<std::size_t>(a);
-      if (devices[static_cast<std::size_t>(a)] == devices[static_cast<std::size_t>(b)] &&
-          std::string(host_a) == names.data() + sizeof name * static_cast<std::size_t>(b))
-        throw std::invalid_argument("ranks " + std::to_string(a) + " and " + std::to_string(b) + " both use CUDA device " +
-                                    std::to_string(devices[static_cast<std::size_t>(a)]) + " of host " + host_a +
-                                    ": NCCL needs one device per rank; give each rank its own (MESHRUN_CUDA_DEVICE, or "
-                                    "one task per GPU so that the node-local rank picks it)");
-    }
-  ncclUniqueId id{};
-  if (rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, base);
-  ncclComm_t world = nullptr;
-  check(ncclCommInitRank(&world, size, id, rank), "ncclCommInitRank");
-  Groups out;
-  std::vector<Registered> made{{world, "world"}};
-  for (GroupKind k : kGroupKinds) {
-    const std::vector<int> members = grid.group_of(rank, k);
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.commName = group_name(k);
-    ncclComm_t sub = nullptr;
-    check(ncclCommSplit(world, members.front(), grid.index_in_group(rank, k), &sub, &config),
-          std::string("ncclCommSplit for group ") + group_name(k), world);
-    made.push_back({sub, group_name(k)});
-    const int i = static_cast<int>(k);
-    out.by_kind[i] = std::make_unique<NcclComm>(sub, std::move(host.by_kind[i]), backend, group_name(k));
-  }
-  out.world = std::make_unique<NcclComm>(world, std::move(host.world), backend, "world");
-  out.device_memory = true;
+std::unique_ptr<Comm> wrap_nccl(ncclComm_t nc, std::unique_ptr<Comm> host, Backend& backend, const char* label) {
+  return std::make_unique<NcclComm>(nc, std::move(host), backend, label);
+}
+
+void register_nccl(ncclComm_t nc, const char* label) {
   std::lock_guard<std::mutex> l(registry_mu);
-  registry().insert(registry().end(), made.begin(), made.end());
-  return out;
+  registry().push_back({nc, label});
+}
+
+std::unique_ptr<Comm> make_nccl_self_comm(Backend& backend) {
+  ncclUniqueId id{};
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  ncclComm_t nc = nullptr;
+  check(ncclCommInitRank(&nc, 1, id, 0), "ncclCommInitRank (one rank)");
+  register_nccl(nc, "self");
+  return wrap_nccl(nc, std::make_unique<LocalComm>(), backend, "self");
 }
 
 std::string nccl_version() {

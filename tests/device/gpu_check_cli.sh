@@ -48,6 +48,23 @@ glibc=$(newest GLIBC_) glibcxx=$(newest GLIBCXX_)
 [[ $(printf '%s\n' "$glibcxx" 3.4.29 | sort -V | tail -1) == 3.4.29 ]] && pass "needs GLIBCXX_$glibcxx (<= 3.4.29)" \
   || bad "meshrun-gpu-check needs GLIBCXX_$glibcxx, the GPU machine has 3.4.29"
 
+# meshrun-nccl-check (every NcclComm operation at world 1, run by check.sh on a GPU): the same limits, no MPI, and
+# libnccl as a DT_NEEDED entry; without a GPU one line and exit 2.
+if [[ $CUDA_BUILD == 1 ]]; then
+  NCCL_CHECK=$(dirname "$CHECK")/meshrun-nccl-check
+  [[ -z $(deps "$NCCL_CHECK") ]] && pass "meshrun-nccl-check links no TOML++, hwloc or MPI library" \
+    || bad "meshrun-nccl-check links $(deps "$NCCL_CHECK")"
+  readelf -d "$NCCL_CHECK" | grep -q "NEEDED.*libnccl.so" && pass "meshrun-nccl-check needs libnccl (DT_NEEDED)" \
+    || bad "meshrun-nccl-check has no DT_NEEDED libnccl"
+  CHECK=$NCCL_CHECK
+  glibc=$(newest GLIBC_) glibcxx=$(newest GLIBCXX_)
+  [[ $(printf '%s\n' "$glibc" 2.34 | sort -V | tail -1) == 2.34 && $(printf '%s\n' "$glibcxx" 3.4.29 | sort -V | tail -1) == 3.4.29 ]] \
+    && pass "meshrun-nccl-check needs glibc $glibc and GLIBCXX_$glibcxx" || bad "meshrun-nccl-check needs glibc $glibc, GLIBCXX_$glibcxx"
+  one_line "no GPU here: meshrun-nccl-check refuses" "$NCCL_CHECK"
+  grep -q "no CUDA device" "$DIR/e" || bad "meshrun-nccl-check's refusal does not say 'no CUDA device'"
+  one_line "meshrun-nccl-check: a bad argument" "$NCCL_CHECK" --elements 3
+fi
+
 # training.device: validated by the config, and "cuda" refused in one line (no device / no build here).
 one_line "training.device = 'tpu' is a config error" "$TRAIN" "$TEMPLATE" --set training.device=tpu
 grep -q "training.device" "$DIR/e" || bad "the error does not name training.device"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "meshrun/comm/mpi.hpp"
-#include "meshrun/comm/nccl.hpp"
+#include "meshrun/comm/nccl_groups.hpp"
 #include "meshrun/device/backend.hpp"
 #include "meshrun/layout.hpp"
 #include "nccl.h"   // the fake NCCL's, for the rules NcclComm cannot be made to break

@@ -54,9 +54,15 @@ ncclResult_t fail(ncclResult_t r, ncclComm* c, const std::string& why) {
   return r;
 }
 
+bool mpi_up() {
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  return up && !down;
+}
 int world_rank() {
   int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (mpi_up()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
 
@@ -65,7 +71,7 @@ int world_rank() {
   std::string line = "meshrun fake NCCL (world rank " + std::to_string(world_rank()) + "): " + why + "\n";
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 3);
+  if (mpi_up()) MPI_Abort(MPI_COMM_WORLD, 3);
   std::abort();
 }
 
@@ -191,6 +197,10 @@ bool inject_async_error(ncclComm* c) {
 // Every rank of `c` states the call it is launching; all must be the same (NCCL's ordering rule).
 ncclResult_t agree(ncclComm* c, const std::string& call) {
   if (inject_async_error(c)) return fail(ncclRemoteError, c, call + ": the communicator was aborted after an asynchronous error");
+  if (c->size == 1) {   // a communicator of one rank (no MPI): nothing to agree on
+    ++c->calls;
+    return ncclSuccess;
+  }
   constexpr int kWidth = 200;
   char mine[kWidth] = {};
   std::snprintf(mine, kWidth, "%s", call.c_str());
@@ -302,6 +312,19 @@ ncclResult_t stage(cudaStream_t s, const char* call, void* dst, const void* src,
   return ncclSuccess;
 }
 
+ncclResult_t wait_collective(ncclComm* c, MPI_Request req, const std::string& call);
+// Every rank's `bytes` of `mine`, in rank order, into `all` (one rank: a copy, no MPI).
+ncclResult_t gather_all(ncclComm* c, const std::vector<char>& mine, std::vector<char>& all, std::size_t bytes,
+                        const std::string& call) {
+  if (c->size == 1) {
+    std::memcpy(all.data(), mine.data(), bytes);
+    return ncclSuccess;
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Iallgather(mine.data(), static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes), MPI_BYTE, c->data, &req);
+  return wait_collective(c, req, call);
+}
+
 ncclResult_t wait_collective(ncclComm* c, MPI_Request req, const std::string& call) {
   std::vector<MPI_Request> reqs{req};
   std::size_t pending = 0;
@@ -337,7 +360,37 @@ std::string describe(const P2p& p) {
          (p.send ? " to rank " : " from rank ") + std::to_string(p.peer) + " on " + label(p.comm);
 }
 
-ncclResult_t run_group(std::vector<P2p>& ops) {
+// A group's operations on communicators of one rank: each receive takes the next send of the group on the same
+// communicator (NCCL matches per peer in order; the only peer is the rank itself).
+ncclResult_t run_local(std::vector<P2p>& ops) {
+  std::vector<bool> used(ops.size(), false);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].send) continue;
+    std::size_t j = 0;
+    while (j < ops.size() && (used[j] || !ops[j].send || ops[j].comm != ops[i].comm)) ++j;
+    if (j == ops.size())
+      rule(describe(ops[i]) + " has no send inside its group: a rank's send to itself and its receive must be in "
+           "one ncclGroupStart/ncclGroupEnd (a deadlock on real NCCL)");
+    used[j] = true;
+    const P2p& snd = ops[j];
+    if (snd.count != ops[i].count || snd.type != ops[i].type)
+      rule(describe(ops[i]) + " met " + describe(snd) + ": NCCL requires the same count and type on both sides");
+    std::vector<char> staged(snd.count * type_size(snd.type));
+    if (ncclResult_t r = stage(snd.stream, "ncclSend", staged.data(), snd.sbuf, staged.size()); r != ncclSuccess) return r;
+    if (ncclResult_t r = stage(ops[i].stream, "ncclRecv", ops[i].rbuf, staged.data(), staged.size()); r != ncclSuccess) return r;
+  }
+  for (std::size_t j = 0; j < ops.size(); ++j)
+    if (ops[j].send && !used[j])
+      rule(describe(ops[j]) + " has no receive inside its group: a rank's send to itself and its receive must be in "
+           "one ncclGroupStart/ncclGroupEnd (a deadlock on real NCCL)");
+  return ncclSuccess;
+}
+
+ncclResult_t run_group(std::vector<P2p>& all_ops) {
+  std::vector<P2p> local, ops;
+  for (const P2p& p : all_ops) (p.comm->size == 1 ? local : ops).push_back(p);
+  if (!local.empty())
+    if (ncclResult_t r = run_local(local); r != ncclSuccess) return r;
   if (ops.empty()) return ncclSuccess;
   std::vector<std::vector<char>> buf(ops.size());
   std::vector<MPI_Request> reqs(ops.size(), MPI_REQUEST_NULL);
@@ -415,6 +468,7 @@ bool in_group(const char* call, ncclComm* c, ncclResult_t* r) {
 ncclComm* make_comm(MPI_Comm ctrl, const std::string& name) {
   auto* c = new ncclComm;   // never deleted: a destroyed communicator stays as a tombstone, so use after destroy is caught
   c->name = name;
+  if (ctrl == MPI_COMM_NULL) return c;   // one rank, no MPI (rank 0 of 1)
   c->ctrl = ctrl;
   MPI_Comm_set_errhandler(ctrl, MPI_ERRORS_RETURN);
   MPI_Comm_rank(ctrl, &c->rank);
@@ -456,12 +510,14 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-  int up = 0;
-  MPI_Initialized(&up);
-  if (!up) return fail(ncclSystemError, nullptr, "ncclCommInitRank: the fake NCCL bootstraps over MPI; call MPI_Init first");
   if (!comm) return fail(ncclInvalidArgument, nullptr, "ncclCommInitRank: null communicator pointer");
   if (std::strncmp(id.internal, "meshrun-fake-nccl ", 18) != 0)
     return fail(ncclInvalidArgument, nullptr, "ncclCommInitRank: the unique id does not come from ncclGetUniqueId");
+  if (nranks == 1 && rank == 0) {   // a communicator of one rank needs no bootstrap
+    *comm = make_comm(MPI_COMM_NULL, "world");
+    return ncclSuccess;
+  }
+  if (!mpi_up()) return fail(ncclSystemError, nullptr, "ncclCommInitRank: the fake NCCL bootstraps more than one rank over MPI; call MPI_Init first");
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (nranks != world)
@@ -496,13 +552,17 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     return fail(ncclInvalidArgument, comm, "ncclCommSplit: color " + std::to_string(color) + " is negative and not NCCL_SPLIT_NOCOLOR");
   // Every parent rank takes part (those outside with NCCL_SPLIT_NOCOLOR): checked like a collective's order.
   if (ncclResult_t a = agree(comm, "ncclCommSplit"); a != ncclSuccess) return a;
+  const std::string name = config && config->commName ? config->commName : comm->name + "/" + std::to_string(color);
+  if (comm->size == 1) {
+    *newcomm = color == NCCL_SPLIT_NOCOLOR ? nullptr : make_comm(MPI_COMM_NULL, name);
+    return ncclSuccess;
+  }
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_Comm_split(comm->ctrl, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &sub);
   if (sub == MPI_COMM_NULL) {
     *newcomm = nullptr;
     return ncclSuccess;
   }
-  const std::string name = config && config->commName ? config->commName : comm->name + "/" + std::to_string(color);
   *newcomm = make_comm(sub, name);
   return ncclSuccess;
 }
@@ -511,9 +571,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   ncclResult_t r = ncclSuccess;
   if (!usable(comm, "ncclCommDestroy", &r)) return r;
   comm->state = ncclComm::State::destroyed;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) {
+  if (comm->ctrl != MPI_COMM_NULL && mpi_up()) {
     MPI_Comm_free(&comm->p2p);
     MPI_Comm_free(&comm->data);
     MPI_Comm_free(&comm->ctrl);
@@ -579,9 +637,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, nccl
   if ((r = agree(comm, what)) != ncclSuccess) return r;
   std::vector<char> mine(bytes), all(bytes * static_cast<std::size_t>(comm->size)), out(bytes);
   if ((r = stage(s, call, mine.data(), send, bytes)) != ncclSuccess) return r;
-  MPI_Request req = MPI_REQUEST_NULL;
-  MPI_Iallgather(mine.data(), static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes), MPI_BYTE, comm->data, &req);
-  if ((r = wait_collective(comm, req, what)) != ncclSuccess) return r;
+  if ((r = gather_all(comm, mine, all, bytes, what)) != ncclSuccess) return r;
   // Block j (of size ranks) is summed starting at rank j + 1, as a ring reduce-scatter does.
   const std::size_t block = (count + comm->size - 1) / comm->size;
   for (int j = 0; j < comm->size; ++j) {
@@ -606,9 +662,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, std::size_t recvcou
   if ((r = agree(comm, what)) != ncclSuccess) return r;
   std::vector<char> mine(sbytes), all(sbytes * static_cast<std::size_t>(comm->size)), out(rbytes);
   if ((r = stage(s, call, mine.data(), send, sbytes)) != ncclSuccess) return r;
-  MPI_Request req = MPI_REQUEST_NULL;
-  MPI_Iallgather(mine.data(), static_cast<int>(sbytes), MPI_BYTE, all.data(), static_cast<int>(sbytes), MPI_BYTE, comm->data, &req);
-  if ((r = wait_collective(comm, req, what)) != ncclSuccess) return r;
+  if ((r = gather_all(comm, mine, all, sbytes, what)) != ncclSuccess) return r;
   const std::size_t lo = recvcount * comm->rank;
   reduce_range(out.data(), all.data(), sbytes, comm->size, (comm->rank + 1) % comm->size, lo, lo + recvcount, t, op);
   return stage(s, call, recv, out.data(), rbytes);
@@ -629,9 +683,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, std::size_t sendcount, 
   if ((r = agree(comm, what)) != ncclSuccess) return r;
   std::vector<char> mine(sbytes), all(rbytes);
   if ((r = stage(s, call, mine.data(), send, sbytes)) != ncclSuccess) return r;
-  MPI_Request req = MPI_REQUEST_NULL;
-  MPI_Iallgather(mine.data(), static_cast<int>(sbytes), MPI_BYTE, all.data(), static_cast<int>(sbytes), MPI_BYTE, comm->data, &req);
-  if ((r = wait_collective(comm, req, what)) != ncclSuccess) return r;
+  if ((r = gather_all(comm, mine, all, sbytes, what)) != ncclSuccess) return r;
   return stage(s, call, recv, all.data(), rbytes);
 }
 
@@ -651,9 +703,11 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, nccl
   if ((r = agree(comm, what)) != ncclSuccess) return r;
   std::vector<char> data(bytes);
   if (comm->rank == root && (r = stage(s, call, data.data(), send, bytes)) != ncclSuccess) return r;
-  MPI_Request req = MPI_REQUEST_NULL;
-  MPI_Ibcast(data.data(), static_cast<int>(bytes), MPI_BYTE, root, comm->data, &req);
-  if ((r = wait_collective(comm, req, what)) != ncclSuccess) return r;
+  if (comm->size > 1) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Ibcast(data.data(), static_cast<int>(bytes), MPI_BYTE, root, comm->data, &req);
+    if ((r = wait_collective(comm, req, what)) != ncclSuccess) return r;
+  }
   return stage(s, call, recv, data.data(), bytes);
 }
 

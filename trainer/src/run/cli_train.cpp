@@ -39,7 +39,7 @@
 #include "watchdog.hpp"
 #include "meshrun/comm/mpi.hpp"
 #ifdef MESHRUN_HAVE_CUDA
-#include "meshrun/comm/nccl.hpp"
+#include "meshrun/comm/nccl_groups.hpp"
 #endif
 #include "meshrun/version.hpp"
 

@@ -1,6 +1,6 @@
 // Communication: one interface over the collectives the five axes need, on backend buffers (Buf), with
 // an MPI backend over host memory (mpi.cpp), a size-1 backend (LocalComm), and NCCL for a CUDA backend's
-// device buffers (NcclComm, nccl.hpp / nccl_comm.cpp: stream-ordered, Requests that order the compute stream;
+// device buffers (NcclComm, nccl.hpp / nccl_comm.cpp, the groups nccl_groups.hpp: stream-ordered, Requests that order the compute stream;
 // docs/gpu.md, "NCCL").
 //
 // The contract every implementation keeps, and the trainer relies on:

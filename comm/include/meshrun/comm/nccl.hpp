@@ -1,15 +1,13 @@
-// The groups of a CUDA run over NCCL (docs/gpu.md, "NCCL"): one NCCL communicator per group kind, split from a
-// world communicator bootstrapped over MPI, each wrapped in an NcclComm (src/nccl_comm.cpp) that moves the
-// backend's device buffers with NCCL on the backend's comm stream and hands host buffers (counts, metadata,
-// metric sums) to the group's MPI communicator. Built with MESHRUN_CUDA=ON (libnccl) or EMULATED (the fake
-// NCCL of device/emulator); this header names neither, so the rest of the tree compiles the same in both.
+// NCCL for the CUDA backend (docs/gpu.md, "NCCL"): NcclComm (src/nccl_comm.cpp) moves the backend's device buffers
+// with NCCL on the backend's comm stream and hands host buffers (counts, metadata, metric sums) to a host
+// communicator. Built with MESHRUN_CUDA=ON (libnccl) or EMULATED (the fake NCCL of device/emulator); this header
+// names neither, so the rest of the tree compiles the same in both. No MPI here: the groups of a run, bootstrapped
+// over MPI, are nccl_groups.hpp's.
 #pragma once
-#include <mpi.h>
-
+#include <memory>
 #include <string>
 
-#include "meshrun/comm/groups.hpp"
-#include "meshrun/rank_map.hpp"
+#include "meshrun/comm/comm.hpp"
 
 namespace meshrun::device {
 class Backend;
@@ -17,11 +15,10 @@ class Backend;
 
 namespace meshrun::comm {
 
-// Collective over `base` (whose ranks are the grid's): the MPI groups, then ncclGetUniqueId on rank 0, its
-// broadcast, ncclCommInitRank and one ncclCommSplit per group kind. `backend` (the CUDA backend of this rank's
-// device) must outlive the groups' operations. Throws std::runtime_error naming the NCCL call and its error,
-// and std::invalid_argument when two ranks of one host use the same device (NCCL's "Duplicate GPU detected").
-Groups make_nccl_groups(MPI_Comm base, const RankGrid& grid, device::Backend& backend, int device_index);
+// A communicator of this rank alone over NCCL (ncclCommInitRank with one rank, no bootstrap): every operation
+// runs through NCCL on `backend`'s comm stream, send/receive to itself included (what the device check runs at
+// world 1). Throws std::runtime_error naming the NCCL call and its error.
+std::unique_ptr<Comm> make_nccl_self_comm(device::Backend& backend);
 
 // The NCCL library's version, e.g. "2.28.9" (the fake's: "2.28.9 (meshrun fake NCCL)").
 std::string nccl_version();
