@@ -1,5 +1,7 @@
 #include "meshrun/geometry.hpp"
 
+#include <algorithm>
+
 namespace meshrun {
 
 std::vector<std::int32_t> BatchGeometry::cp_positions(int cp_rank) const {
@@ -66,6 +68,13 @@ std::optional<BatchGeometry> batch_geometry(const TrainingSpec& t, const Layout&
   auto g = batch_geometry(t, l, &problems);
   if (!g && error) *error = problems.empty() ? "invalid batch geometry" : problems.front().message;
   return g;
+}
+
+std::int64_t head_chunk_rows(std::int64_t rows, std::int64_t hidden, std::int64_t local_vocab) {
+  if (rows <= 0) return 0;
+  if (local_vocab <= 0) return rows;
+  const std::int64_t r = (rows * hidden + local_vocab - 1) / local_vocab;
+  return std::clamp<std::int64_t>(r, 1, rows);
 }
 
 }  // namespace meshrun

@@ -124,6 +124,7 @@ CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
       act_(activation_dtype_bytes(cfg)),
       stat_(statistics_dtype_bytes(cfg)),
       imbalance_(checked_imbalance(cfg.planner)),
+      fused_head_(cfg.planner.fused_head),
       p_(count_params(cfg.model)),
       params_total_(p_.total(cfg.model.layers)),
       capacity_(hw.memory_gib * double(1 << 30)),

@@ -114,7 +114,8 @@ class CostModel {
   int pb_, gb_, ob_;        // bytes: parameters, gradients, optimizer state
   int act_;                 // activation bytes: the run's precision (activation_dtype_bytes())
   int stat_;                // per-row statistics (norm rstd, log-sum-exp, logits): fp32, fp64 in an fp64 run
-  double imbalance_;        // MoE: the busiest expert's tokens over the mean (planner.expert_imbalance, >= 1)
+  double imbalance_;
+  bool fused_head_;         // planner.fused_head: logits a chunk at a time (recomputed in B) or kept whole        // MoE: the busiest expert's tokens over the mean (planner.expert_imbalance, >= 1)
   ParamCount p_;
   int64_t params_total_;
   double capacity_;

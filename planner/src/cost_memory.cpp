@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cost.hpp"
+#include "meshrun/geometry.hpp"
 
 namespace meshrun::planner::detail {
 
@@ -73,14 +74,18 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   if (first) mem.activations += chunk_slots * 2 * n * 4;
   if (last) {
     mem.activations += chunk_slots * ((s.layout.pp > 1 ? 2 * n * 4 : 0) + (nl + n) * h * A + (nl + 4 * n) * St);
-    mem.logits = chunk_slots * n * vl * St;  // logits stay in the statistics' type until the backward
+    // meshrun-train's head, fused with the cross-entropy, keeps no logits per micro-batch: one chunk of rows at
+    // a time in the workspace (statistics' type), its gradient beside it in the activations' type when that
+    // differs. A trainer that keeps them whole: every live slot's, until the backward.
+    const double chunk = double(head_chunk_rows(s.batch.rows_per_microbatch, m_.hidden, m_.vocab / s.layout.tp));
+    mem.logits = fused_head_ ? chunk * vl * (St + (act_ != stat_ ? A : 0)) : chunk_slots * n * vl * St;
   }
 
   // Workspaces. Backward buffers: one layer's gradients at its projections, held from B to W (a chunk's
   // worth per deferred W: ZB-H1 defers r + 1 on rank r, fused schedules none) and one unit's for the fused BW.
-  const bool split_types = act_ != stat_;  // dlogits then get their own buffer in the activations' type
   const double layer_grads = 2 * n * h + 2 * n * ffn + n * qd + 2 * n * kvd + 2 * nl * h;
-  const double head_grads = last ? nl * h + (split_types ? n * vl : 0) : 0;
+  const bool split_types = act_ != stat_;  // unfused: dlogits then get their own buffer (activations' type)
+  const double head_grads = last ? nl * h + (!fused_head_ && split_types ? n * vl : 0) : 0;
   const double chunk_grads = layer_grads * layers / s.layout.virtual_stages + head_grads;
   const double deferred = s.schedule == PipelineSchedule::zero_bubble ? std::min(rank + 1, micro) : 0;
   double ws = deferred * chunk_grads * A + s.layout.virtual_stages * std::max(layer_grads, head_grads) * A;

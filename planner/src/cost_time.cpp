@@ -110,7 +110,8 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
                       p2p_latency(links.ep))
              : 0.0;
   c.head_fwd = gemm_fwd(tokens, double(m_.vocab) / t, h);
-  c.head_bwd = gemm_bwd(tokens, double(m_.vocab) / t, h);
+  // meshrun-train's head is fused with the cross-entropy and stores no logits: its backward computes them again.
+  c.head_bwd = gemm_bwd(tokens, double(m_.vocab) / t, h) + (fused_head_ ? c.head_fwd : 0.0);
   c.head_bwd_weight = gemm_fwd(h, double(m_.vocab) / t, tokens);
   c.p2p = tokens * m_.hidden * act_ / sp_div / bandwidth(links.pp) + p2p_latency(links.pp);
   return c;
@@ -152,6 +153,8 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   const bool moe = m_.experts > 0;
   const double t = s.layout.tp;
   const double again = s.recompute == Recompute::full ? 1.0 : 0.0;  // full recompute re-runs the forward
+  // Zero-bubble: the head's W, run apart from its B, computes the logits once more.
+  const double head_w_again = fused_head_ && s.schedule == PipelineSchedule::zero_bubble ? c.head_fwd : 0.0;
 
   // The slowest rank per micro-batch: most layers, or the last rank's layers plus the output head.
   struct PerMicroBatch {
@@ -162,8 +165,8 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
     PerMicroBatch r;
     TimeParts& p = r.p;
     r.fwd = layers * c.fwd + (with_head ? c.head_fwd : 0);
-    p.compute = layers * (c.fwd + c.bwd) + (with_head ? c.head_fwd + c.head_bwd : 0);
-    p.compute_parts = {layers * c.parts.matmul + (with_head ? c.head_fwd + c.head_bwd : 0), layers * c.parts.attention,
+    p.compute = layers * (c.fwd + c.bwd) + (with_head ? c.head_fwd + c.head_bwd + head_w_again : 0);
+    p.compute_parts = {layers * c.parts.matmul + (with_head ? c.head_fwd + c.head_bwd + head_w_again : 0), layers * c.parts.attention,
                        layers * c.parts.elementwise};
     p.recompute = layers * (again * c.fwd + selective);
     p.tp_comm = layers * (2 + again) * c.tp;
@@ -199,7 +202,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
     pc.b = c.bwd - c.bwd_weight + again * c.fwd + selective + (1 + again) * (c.tp + c.ep) + c.cp_bwd +
            (cp_ring_ ? again * c.cp_fwd : 0.0);
     pc.head_f = c.head_fwd;
-    pc.head_w = c.head_bwd_weight;
+    pc.head_w = c.head_bwd_weight + head_w_again;
     pc.head_b = c.head_bwd - c.head_bwd_weight;
     pc.transfer = c.p2p;
     // Steady state: each chunk receives activations and sends gradients per micro-batch, overlapped.

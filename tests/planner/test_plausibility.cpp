@@ -2,6 +2,8 @@
 // "fit" = a figure the generation's constants were fitted on; "check" = a figure they were not fitted on.
 #include <catch2/catch.hpp>
 
+#include "meshrun/geometry.hpp"
+
 #include "meshrun/planner.hpp"
 #include "reference_models.hpp"
 
@@ -21,6 +23,7 @@ JobConfig torchtitan_a100(const meshrun::ModelSpec& model, const char* recompute
   j.training.global_batch_size = 64;
   j.training.recompute = recompute;
   j.training.device = "cuda";  // a GPU run: activations in param_dtype (bf16), as the published runs
+  j.planner.fused_head = false;  // torchtitan keeps the full logits until the backward
   return j;
 }
 
@@ -37,6 +40,22 @@ JobConfig megatron_mixtral_h100() {
   j.training.global_batch_size = 256;
   j.training.recompute = "selective";
   j.training.device = "cuda";
+  j.planner.fused_head = false;  // Megatron-Core keeps the full logits until the backward
+  return j;
+}
+// torchtitan docs/performance.md, Table 1: Llama 3.1 8B, FSDP on 8 H100 (Grand Teton's 96 GB), local batch 2,
+// sequence 8,192, selective activation checkpointing, bf16.
+JobConfig torchtitan_h100_8b() {
+  JobConfig j;
+  j.model = testing::llama3_8b();
+  j.cluster = testing::dgx("dgx-h100", 8);
+  j.cluster.gpu_memory_gib = 95;
+  j.parallel.zero_stage = 3;
+  j.training.seq_len = 8192;
+  j.training.global_batch_size = 16;
+  j.training.micro_batch_size = 2;
+  j.training.recompute = "selective";
+  j.training.device = "cuda";  // torchtitan's bf16 run; as configured for the CPU (fp32) it would not fit
   return j;
 }
 }  // namespace
@@ -89,19 +108,26 @@ TEST_CASE("H100 memory check: Llama 3.1 8B with FSDP on 8 H100 (torchtitan) with
           "[planner][plausibility][memory]") {
   // torchtitan docs/performance.md, Table 1: FSDP, 8 GPUs (96 GB H100), local batch 2, sequence 8,192,
   // selective activation checkpointing, no compile, no Float8: 82.4 GiB peak.
-  JobConfig j;
-  j.model = testing::llama3_8b();
-  j.cluster = testing::dgx("dgx-h100", 8);
-  j.cluster.gpu_memory_gib = 95;  // Grand Teton's 96 GB H100
-  j.parallel.zero_stage = 3;
-  j.training.seq_len = 8192;
-  j.training.global_batch_size = 16;
-  j.training.micro_batch_size = 2;
-  j.training.recompute = "selective";
-  j.training.device = "cuda";  // torchtitan's bf16 run; as configured for the CPU (fp32) it would not fit
+  JobConfig j = torchtitan_h100_8b();
+  j.planner.fused_head = false;  // torchtitan keeps the full logits (7.8 GiB in fp32 here) until the backward
   Estimate e = estimate(j);
   CHECK(e.memory.total() / double(1 << 30) == Approx(82.4).epsilon(0.10));
   CHECK(e.fits);
   j.cluster.gpu_memory_gib = 0;  // on an 80 GB H100 it would not fit
   CHECK_FALSE(estimate(j).fits);
+}
+
+TEST_CASE("meshrun-train's fused head: no full logits in the estimate, one chunk of rows instead", "[planner][memory]") {
+  // The same torchtitan configuration planned for meshrun-train (the default): the fp32 logits of local batch 2
+  // × 8,192 rows × 128,256 (7.8 GiB) are one chunk of head_chunk_rows rows (about rows × hidden values).
+  JobConfig j = torchtitan_h100_8b();
+  const Estimate fused = estimate(j);
+  j.planner.fused_head = false;
+  const Estimate whole = estimate(j);
+  const double rows = 2 * 8192, chunk = double(meshrun::head_chunk_rows(16384, 4096, 128256));
+  CHECK(chunk == 524);  // ⌈16,384 · 4,096 / 128,256⌉ = ⌈523.2⌉
+  CHECK(whole.memory.logits == Approx(rows * 128256 * 4));
+  CHECK(fused.memory.logits == Approx(chunk * 128256 * (4 + 2)));  // fp32 logits + bf16 gradient, one chunk
+  CHECK(fused.memory.total() < whole.memory.total() - 7.0 * (1 << 30));
+  CHECK(fused.time.compute > whole.time.compute);  // the backward computes the logits again
 }

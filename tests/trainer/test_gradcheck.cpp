@@ -43,6 +43,7 @@ struct Setup {
   ModelSpec spec;
   double aux_coef = 0;  // MoE: the load-balancing loss's weight (large, so its gradient matters)
   bool pooled = false;  // MoE: model.router_aux = "hf" (statistics pooled over the layers)
+  std::int64_t head_rows = 0;  // > 0: the fused head's logits chunk (rows), instead of head_chunk_rows'
   ParamTable table = build_param_table(spec, 1, 0);
   std::unique_ptr<device::Backend> backend = device::strict_backend_requested() ? device::make_strict_cpu_backend("fp64")
                                                                              : device::make_cpu_backend("fp64");
@@ -63,7 +64,11 @@ struct Setup {
     std::string err;
     return *batch_geometry(t, Layout{}, &err);
   }();
-  LayerDims dims = LayerDims::make(spec, geometry, 1, 0);
+  LayerDims dims = [this] {
+    LayerDims d = LayerDims::make(spec, geometry, 1, 0);
+    if (head_rows > 0) d.head_rows = head_rows;
+    return d;
+  }();
   TensorParallel tpc{&tp, false, dims.n, dims.nl, dims.h, backend.get()};
   LayerWorkspace ws;
   device::DeviceBuffer pos = [this] {
@@ -111,7 +116,8 @@ struct Setup {
     backend->upload(stage.targets(0), tgt.data());
   }
 
-  explicit Setup(ModelSpec m = tiny_model(), double coef = 0, bool hf = false) : spec(m), aux_coef(coef), pooled(hf) {
+  explicit Setup(ModelSpec m = tiny_model(), double coef = 0, bool hf = false, std::int64_t chunk = 0)
+      : spec(m), aux_coef(coef), pooled(hf), head_rows(chunk) {
     reset_stats();
     ws.resize(*backend, dims, false);
     for (std::size_t u = 0; u < table.units.size(); ++u) {
@@ -286,4 +292,46 @@ TEST_CASE("MoE float64 gradient check with router_aux = hf (pooled over layers) 
   const TensorSlot& r = s.table.units[u].tensors[kRouter];
   CHECK(rel_error(std::vector<double>(b[u].begin() + r.offset, b[u].begin() + r.offset + r.numel()),
                   std::vector<double>(n[u].begin() + r.offset, n[u].begin() + r.offset + r.numel())) > 1e-3);
+}
+
+// The LM head fused with the cross-entropy computes its logits a chunk of rows at a time (and again in the
+// backward); every kernel is row by row and every product's sums run in one order whatever the rows, so any
+// chunk size gives the bits of one chunk, with W after B (zero-bubble: W recomputes the logits) or fused.
+TEST_CASE("the fused LM head gives the same bits in chunks of any size, B then W or fused BW", "[trainer][head]") {
+  struct Result {
+    double loss = 0;
+    std::vector<std::vector<double>> grads;
+  };
+  auto run = [](std::int64_t rows, bool fused, int target_shift = 0) {
+    Setup s(tiny_model(), 0, false, rows);
+    for (auto& t : s.tgt) t = (t + target_shift) % 11;
+    CHECK(s.dims.head_rows == rows);
+    CHECK(s.ws.logits.buf().n == rows * s.dims.vl);  // the workspace holds one chunk of logits, not the batch's
+    s.store.zero_grads();
+    s.load();
+    s.reset_stats();
+    Result r;
+    r.loss = s.stage.forward(0);
+    if (fused) {
+      s.stage.backward_fused(0, s.scale);
+    } else {
+      s.stage.backward_input(0, s.scale);
+      s.stage.backward_weight(0);
+    }
+    s.store.reduce_grads();
+    for (std::size_t u = 0; u < s.table.units.size(); ++u) r.grads.push_back(s.store.read_grad_shard<double>(int(u)));
+    return r;
+  };
+  const Result whole = run(10, false);  // one chunk: all 10 rows
+  for (const std::int64_t rows : {1, 3, 7, 9})
+    for (const bool fused : {false, true}) {
+      INFO("chunk rows " << rows << (fused ? ", fused BW" : ", B then W"));
+      const Result r = run(rows, fused);
+      CHECK(r.loss == whole.loss);
+      CHECK(r.grads == whole.grads);
+    }
+  // The comparison can fail: other targets change the loss and the head's gradients.
+  const Result other = run(3, true, 1);
+  CHECK(other.loss != whole.loss);
+  CHECK(other.grads.back() != whole.grads.back());
 }

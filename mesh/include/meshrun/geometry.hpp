@@ -47,4 +47,10 @@ std::optional<BatchGeometry> batch_geometry(const TrainingSpec& training, const 
 // The same with the first problem's line in *error.
 std::optional<BatchGeometry> batch_geometry(const TrainingSpec& training, const Layout& layout, std::string* error);
 
+// Rows of one chunk of meshrun-train's fused LM head + cross-entropy: the logits of `rows` rows over a rank's
+// `local_vocab` are computed (and recomputed in the backward) a chunk at a time, never stored for a whole
+// micro-batch; a chunk of logits holds about as many values as the head's input (rows x hidden), at least one
+// row, at most all of them. The trainer's buffers and the planner's memory estimate both use it.
+std::int64_t head_chunk_rows(std::int64_t rows, std::int64_t hidden, std::int64_t local_vocab);
+
 }  // namespace meshrun

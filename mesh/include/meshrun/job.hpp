@@ -149,6 +149,10 @@ struct PlannerSpec {
   // MoE: routed rows of the busiest EP rank over a balanced rank's (meshrun-train's expert_rank_imbalance,
   // >= 1); its expert GEMMs and all-to-all are charged for it. 1 = balanced routing.
   double expert_imbalance = 1.0;
+  // The trainer's LM head is fused with the cross-entropy (meshrun-train: logits a chunk of rows at a time,
+  // recomputed in the backward); false for a trainer that keeps a micro-batch's full logits until its backward
+  // (Megatron's and torchtitan's default), which the estimates of their published runs use. Not a template key.
+  bool fused_head = true;
 };
 
 // Site policy for task environments. Only the site file (/etc/meshrun/site.toml or $MESHRUN_SITE_CONFIG) may

@@ -22,6 +22,7 @@ LayerDims LayerDims::make(const ModelSpec& m, const BatchGeometry& g, int tp, in
   d.ffn = m.experts > 0 ? 0 : m.ffn_hidden / tp;
   d.vl = m.vocab / tp;
   d.v0 = d.vl * tp_rank;
+  d.head_rows = head_chunk_rows(d.n, d.h, d.vl);
   d.rope_theta = m.rope_theta;
   d.norm_eps = m.norm_eps;
   return d;
@@ -42,18 +43,19 @@ void DecoderActs::carve_backward(Carver& c, const LayerDims& d) {
 }
 
 void HeadActs::carve_forward(Carver& c, const LayerDims& d) {
-  xf_in = c.take(d.nl * d.h); rstd = c.stat(d.nl); xf = c.take(d.n * d.h); logits = c.stat(d.n * d.vl);
+  xf_in = c.take(d.nl * d.h); rstd = c.stat(d.nl); xf = c.take(d.n * d.h);
   ce_max = c.stat(d.n); ce_sum = c.stat(d.n); ce_tgt = c.stat(d.n); ce_loss = c.stat(d.n);
 }
 
-void HeadActs::carve_backward(Carver& c, const LayerDims& d) {
-  dxf = c.take(d.nl * d.h);
-  dlogits = c.split_types() ? c.take(d.n * d.vl) : logits;  // dlogits feed the lm_head GEMMs: activations' type
-}
+void HeadActs::carve_backward(Carver& c, const LayerDims& d) { dxf = c.take(d.nl * d.h); }
 
 void LayerWorkspace::resize(device::Backend& backend, const LayerDims& d, bool sequence_parallel) {
   be = &backend;
-  const DType t = backend.precision().param;
+  const DType t = backend.precision().param, st = backend.precision().stat;
+  logits = device::DeviceBuffer(backend, std::max<std::int64_t>(1, d.head_rows * d.vl), st);
+  // dlogits feed the lm_head products: activations' type (a buffer of its own only when that differs).
+  if (st != t) dlogits = device::DeviceBuffer(backend, std::max<std::int64_t>(1, d.head_rows * d.vl), t);
+  else dlogits.reset();
   auto make = [&](device::DeviceBuffer& b, std::int64_t n) {
     b = device::DeviceBuffer(backend, n, t);
     backend.zero(b);
@@ -66,7 +68,8 @@ void LayerWorkspace::resize(device::Backend& backend, const LayerDims& d, bool s
 }
 
 std::int64_t LayerWorkspace::bytes() const {
-  return nh.bytes() + nh_full.bytes() + ff.bytes() + att.bytes() + xn_full.bytes() + moe_scratch.bytes();
+  return nh.bytes() + nh_full.bytes() + ff.bytes() + att.bytes() + xn_full.bytes() + moe_scratch.bytes() +
+         logits.bytes() + dlogits.bytes();
 }
 
 // ---- embedding ---------------------------------------------------------------------------------------
@@ -218,6 +221,27 @@ void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const
 
 // ---- head --------------------------------------------------------------------------------------------
 
+namespace {
+// The logits chunk of rows [r0, r0 + rows) (the lm_head product of the gathered norm output) and the buffer its
+// gradient goes to.
+struct HeadChunk {
+  std::int64_t r0 = 0, rows = 0;
+  Buf logits, dlogits;
+};
+template <class F>
+void for_head_chunks(const LayerDims& d, Buf w_head, const HeadActs& a, LayerWorkspace& ws, F&& f) {
+  device::Backend& be = *ws.be;
+  const std::int64_t step = std::max<std::int64_t>(1, d.head_rows);
+  for (std::int64_t r0 = 0; r0 < d.n; r0 += step) {
+    HeadChunk c{r0, std::min(step, d.n - r0), {}, {}};
+    c.logits = ws.logits.at(0, c.rows * d.vl);
+    c.dlogits = ws.dlogits.buf().p ? ws.dlogits.at(0, c.rows * d.vl) : c.logits;
+    be.linear_forward(c.logits, a.xf.at(r0 * d.h, c.rows * d.h), w_head, c.rows, d.h, d.vl);
+    f(c);
+  }
+}
+}  // namespace
+
 double head_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
                     HeadActs& a, Buf x, Buf targets, LayerWorkspace& ws) {
   device::Backend& be = *ws.be;
@@ -227,15 +251,17 @@ double head_forward(const LayerDims& d, const TensorParallel& tp, const std::vec
   be.copy(a.xf_in, x);
   be.rmsnorm_forward(nh, a.rstd, a.xf_in, W(0), nl, h, d.norm_eps);
   tp.gather_rows(nh, a.xf);
-  be.linear_forward(a.logits, a.xf, W(1), n, h, d.vl);
-  // Vocab-parallel cross-entropy from per-shard pieces (kernels/cpu.hpp).
+  // Vocab-parallel cross-entropy from per-shard pieces (kernels/cpu.hpp), a chunk of rows at a time.
   const bool split = tp.size() > 1;
-  be.ce_row_max(a.ce_max, a.logits, n, d.vl);
-  if (split) tp.tp->all_reduce(a.ce_max, ReduceOp::max);
-  be.ce_row_sumexp(a.ce_sum, a.logits, a.ce_max, n, d.vl);
-  if (split) tp.tp->all_reduce(a.ce_sum, ReduceOp::sum);
-  be.ce_target_logit(a.ce_tgt, a.logits, targets, n, d.vl, d.v0);
-  if (split) tp.tp->all_reduce(a.ce_tgt, ReduceOp::sum);
+  for_head_chunks(d, W(1), a, ws, [&](const HeadChunk& c) {
+    const Buf mx = a.ce_max.at(c.r0, c.rows), sm = a.ce_sum.at(c.r0, c.rows), tg = a.ce_tgt.at(c.r0, c.rows);
+    be.ce_row_max(mx, c.logits, c.rows, d.vl);
+    if (split) tp.tp->all_reduce(mx, ReduceOp::max);
+    be.ce_row_sumexp(sm, c.logits, mx, c.rows, d.vl);
+    if (split) tp.tp->all_reduce(sm, ReduceOp::sum);
+    be.ce_target_logit(tg, c.logits, targets.at(c.r0, c.rows), c.rows, d.vl, d.v0);
+    if (split) tp.tp->all_reduce(tg, ReduceOp::sum);
+  });
   be.ce_row_loss(a.ce_loss, a.ce_max, a.ce_sum, a.ce_tgt, targets, n);
   // Σ in row order, in double, on the host (the backend hands the per-row losses over).
   std::vector<double> rows(static_cast<std::size_t>(n));
@@ -245,23 +271,45 @@ double head_forward(const LayerDims& d, const TensorParallel& tp, const std::vec
   return sum;
 }
 
+void head_logits(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w, HeadActs& a,
+                 Buf x, Buf logits, LayerWorkspace& ws) {
+  device::Backend& be = *ws.be;
+  auto W = [&](int t) { return tensor(w, ts[t]); };
+  const Buf nh = ws.nh.at(0, d.nl * d.h);
+  be.copy(a.xf_in, x);
+  be.rmsnorm_forward(nh, a.rstd, a.xf_in, W(0), d.nl, d.h, d.norm_eps);
+  tp.gather_rows(nh, a.xf);
+  be.linear_forward(logits, a.xf, W(1), d.n, d.h, d.vl);
+}
+
 void head_backward_input(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
-                         HeadActs& a, Buf targets, double loss_scale, Buf dx, LayerWorkspace& ws) {
+                         HeadActs& a, Buf targets, double loss_scale, Buf dx, LayerWorkspace& ws, Buf dw) {
   device::Backend& be = *ws.be;
   auto W = [&](int t) { return tensor(w, ts[t]); };
   const std::int64_t n = d.n, h = d.h;
   const Buf nh_full = ws.nh_full.at(0, n * h);
-  be.ce_backward(a.dlogits, a.logits, a.ce_max, a.ce_sum, targets, n, d.vl, d.v0, loss_scale);
-  be.linear_backward_input(nh_full, a.dlogits, W(1), n, h, d.vl, false);
+  a.loss_scale = loss_scale;
+  a.weight_done = dw.p != nullptr;
+  for_head_chunks(d, W(1), a, ws, [&](const HeadChunk& c) {
+    be.ce_backward(c.dlogits, c.logits, a.ce_max.at(c.r0, c.rows), a.ce_sum.at(c.r0, c.rows),
+                   targets.at(c.r0, c.rows), c.rows, d.vl, d.v0, loss_scale);
+    be.linear_backward_input(nh_full.at(c.r0 * h, c.rows * h), c.dlogits, W(1), c.rows, h, d.vl, false);
+    if (dw.p) be.linear_backward_weight(tensor(dw, ts[1]), c.dlogits, a.xf.at(c.r0 * h, c.rows * h), c.rows, h, d.vl);
+  });
   tp.reduce_rows(nh_full, a.dxf);
   be.rmsnorm_backward_input(dx, a.dxf, a.xf_in, W(0), a.rstd, d.nl, h, false);
 }
 
-void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf dw,
-                          HeadActs& a, LayerWorkspace& ws) {
+void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                          Buf dw, HeadActs& a, Buf targets, LayerWorkspace& ws) {
   device::Backend& be = *ws.be;
   auto G = [&](int t) { return tensor(dw, ts[t]); };
-  be.linear_backward_weight(G(1), a.dlogits, a.xf, d.n, d.h, d.vl);
+  if (!a.weight_done)
+    for_head_chunks(d, tensor(w, ts[1]), a, ws, [&](const HeadChunk& c) {
+      be.ce_backward(c.dlogits, c.logits, a.ce_max.at(c.r0, c.rows), a.ce_sum.at(c.r0, c.rows),
+                     targets.at(c.r0, c.rows), c.rows, d.vl, d.v0, a.loss_scale);
+      be.linear_backward_weight(G(1), c.dlogits, a.xf.at(c.r0 * d.h, c.rows * d.h), c.rows, d.h, d.vl);
+    });
   be.rmsnorm_backward_weight(G(0), a.dxf, a.xf_in, a.rstd, d.nl, d.h);
   tp.sum_replicated_grad(G(0));
 }

@@ -183,7 +183,7 @@ double Stage::forward(int mb) {
   return loss;
 }
 
-void Stage::unit_backward_input(Slot& s, int u, int layer, double loss_scale) {
+void Stage::unit_backward_input(Slot& s, int u, int layer, double loss_scale, Buf head_dw) {
   if (u == table_.embed_unit()) return;  // no input gradient; its W reads s.dy
   const auto& ts = table_.units[u].tensors;
   const Buf w = store_.acquire(u);
@@ -191,7 +191,7 @@ void Stage::unit_backward_input(Slot& s, int u, int layer, double loss_scale) {
   const auto it = std::find(units_.units.begin(), units_.units.end(), u);
   if (it != units_.units.begin() && *(it - 1) != table_.embed_unit()) store_.prefetch(*(it - 1));
   if (u == table_.head_unit()) {
-    head_backward_input(dims_, tp_, ts, w, s.head, s.targets.at(0, dims_.n), loss_scale, s.dy, ws_);
+    head_backward_input(dims_, tp_, ts, w, s.head, s.targets.at(0, dims_.n), loss_scale, s.dy, ws_, head_dw);
   } else {
     MoeLayer* moe = moe_layer(s, u, layer, true);
     decoder_backward_input(dims_, tp_, cp_, ts, w, s.layers[layer], s.dy, pos_, ws_, moe);
@@ -200,13 +200,22 @@ void Stage::unit_backward_input(Slot& s, int u, int layer, double loss_scale) {
   store_.release(u);
 }
 
-void Stage::unit_backward_weight(Slot& s, int u, int layer) {
+void Stage::unit_backward_weight(Slot& s, int u, int layer, Buf head_dw) {
   const auto& ts = table_.units[u].tensors;
+  if (u == table_.head_unit()) {
+    // A W after B (zero-bubble) recomputes the logits gradient: the head's weights again. The fused BW's B
+    // did that part into head_dw, begun before it.
+    const bool recompute = !s.head.weight_done;
+    const Buf w = recompute ? store_.acquire(u) : Buf{};
+    const Buf dw = head_dw.p ? head_dw : store_.grad_begin(u);
+    head_backward_weight(dims_, tp_, ts, w, dw, s.head, s.targets.at(0, dims_.n), ws_);
+    if (recompute) store_.release(u);
+    store_.grad_end(u);
+    return;
+  }
   const Buf dw = store_.grad_begin(u);
   if (u == table_.embed_unit()) {
     embedding_backward_weight(dims_, tp_, ts, dw, s.ids.at(0, dims_.n), s.dy, ws_);
-  } else if (u == table_.head_unit()) {
-    head_backward_weight(dims_, tp_, ts, dw, s.head, ws_);
   } else {
     decoder_backward_weight(dims_, tp_, ts, dw, s.layers[layer], ws_, moe_layer(s, u, layer, false));
   }
@@ -269,7 +278,13 @@ void Stage::backward_fused(int mb, double loss_scale) {
   for_units_reversed([&](int u, int layer) {
     Carver c{unit_grads_.buf(), Buf{nullptr, 0, stat_}};
     if (layer >= 0) s.layers[layer].carve_backward(c, dims_);
-    if (u == table_.head_unit()) s.head.carve_backward(c, dims_);
+    if (u == table_.head_unit()) {
+      s.head.carve_backward(c, dims_);
+      const Buf dw = store_.grad_begin(u);   // the lm_head gradient accumulates chunk by chunk in B
+      unit_backward_input(s, u, layer, loss_scale, dw);
+      unit_backward_weight(s, u, layer, dw);
+      return;
+    }
     unit_backward_input(s, u, layer, loss_scale);
     unit_backward_weight(s, u, layer);
   });

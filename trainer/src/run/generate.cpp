@@ -149,12 +149,11 @@ std::vector<float> Generator::append(const std::vector<std::int32_t>& tokens) {
   device::DeviceBuffer flat(be, count.used, act), flat_stat(be, count.stat_used, stat);
   Carver c{flat.buf(), flat_stat.buf()};
   const Buf x = carve(c);
-  std::vector<std::int32_t> pos(static_cast<std::size_t>(n)), zeros(static_cast<std::size_t>(n), 0);
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
   std::iota(pos.begin(), pos.end(), static_cast<std::int32_t>(s.length));
-  device::DeviceBuffer ids(be, n, DType::i32), pos_buf(be, n, DType::i32), targets(be, n, DType::i32);
+  device::DeviceBuffer ids(be, n, DType::i32), pos_buf(be, n, DType::i32);
   be.upload(ids, tokens.data());
   be.upload(pos_buf, pos.data());
-  be.upload(targets, zeros.data());  // the head's cross-entropy needs targets; only its logits are used
 
   const ParamTable& t = s.table;
   embedding_forward(d, tp, t.units[t.embed_unit()].tensors, s.units[t.embed_unit()], ids, x, s.ws);
@@ -172,9 +171,10 @@ std::vector<float> Generator::append(const std::vector<std::int32_t>& tokens) {
                            pos_buf, s.ws, s.model.experts > 0 ? &moe : nullptr, s.k_cache[static_cast<std::size_t>(l)],
                            s.v_cache[static_cast<std::size_t>(l)], s.cache_pos, s.length);
   }
-  head_forward(d, tp, t.units[t.head_unit()].tensors, s.units[t.head_unit()], head, x, targets, s.ws);
+  device::DeviceBuffer logits_buf(be, n * d.vl, be.precision().stat);
+  head_logits(d, tp, t.units[t.head_unit()].tensors, s.units[t.head_unit()], head, x, logits_buf, s.ws);
   std::vector<float> logits(static_cast<std::size_t>(n * d.vl));
-  be.download(logits.data(), head.logits);
+  be.download(logits.data(), logits_buf);
   s.length += n;
   return logits;
 }

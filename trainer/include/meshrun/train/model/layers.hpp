@@ -28,6 +28,7 @@ struct LayerDims {
   std::int64_t hq = 0, hkv = 0;    // local query / key-value heads
   std::int64_t ffn = 0;            // local MLP width (0 in a mixture-of-experts layer: see ExpertParallel)
   std::int64_t vl = 0, v0 = 0;     // local vocabulary rows and the first one
+  std::int64_t head_rows = 0;      // rows of one logits chunk of the fused head (mesh head_chunk_rows)
   double rope_theta = 0, norm_eps = 0;
   static LayerDims make(const ModelSpec& m, const BatchGeometry& g, int tp, int tp_rank);
 };
@@ -63,10 +64,13 @@ struct DecoderActs {
   void carve_backward(Carver& c, const LayerDims& d);
 };
 
+// No logits: the head computes them a chunk of rows at a time into the workspace (forward: the cross-entropy's
+// row statistics; B: again, for the gradient), so a micro-batch keeps only its rows' statistics.
 struct HeadActs {
-  Buf xf_in, rstd, xf, logits, ce_max, ce_sum, ce_tgt, ce_loss;
-  // backward part; dlogits is logits itself (overwritten in B) when statistics and activations share a type
-  Buf dxf, dlogits;
+  Buf xf_in, rstd, xf, ce_max, ce_sum, ce_tgt, ce_loss;
+  Buf dxf;                  // backward part
+  double loss_scale = 0;    // B's, for a W that runs later (zero-bubble) and recomputes the logits gradient
+  bool weight_done = false; // B already accumulated the lm_head gradient (fused BW)
   void carve_forward(Carver& c, const LayerDims& d);
   void carve_backward(Carver& c, const LayerDims& d);
 };
@@ -75,6 +79,9 @@ struct HeadActs {
 struct LayerWorkspace {
   device::Backend* be = nullptr;  // every kernel call of the layers goes through it
   device::DeviceBuffer nh, nh_full, ff, att, xn_full, moe_scratch;
+  // One chunk of the head's logits (statistics' type) and of their gradient (activations' type; the logits
+  // buffer itself, overwritten, when the two types are one).
+  device::DeviceBuffer logits, dlogits;
   void resize(device::Backend& backend, const LayerDims& d, bool sequence_parallel);
   std::int64_t bytes() const;
 };
@@ -117,14 +124,23 @@ void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, Contex
 void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf dw,
                              DecoderActs& a, LayerWorkspace& ws, MoeLayer* moe = nullptr);
 
-// ---- head: final norm, lm_head, cross-entropy --------------------------------------------------------
+// ---- head: final norm, lm_head fused with the cross-entropy ------------------------------------------
+// The logits exist one chunk of d.head_rows rows at a time (ws.logits); every kernel is row by row and every
+// matrix product's inner sums run in the same order whatever the rows (kernels/cpu.hpp), so the chunks change
+// no bit on the CPU backends. The backward recomputes each chunk's logits (one more lm_head product).
 // Returns Σ over the micro-batch's rows of the cross-entropy (double, rows in order).
 double head_forward(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
                     HeadActs& a, Buf x, Buf targets, LayerWorkspace& ws);
-// dx[nl, h] = gradient of loss_scale · Σ CE at the head's input.
+// dx[nl, h] = gradient of loss_scale · Σ CE at the head's input. With dw, also the lm_head's weight gradient
+// (dw += ..., the fused BW: no second recomputation in W).
 void head_backward_input(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
-                         HeadActs& a, Buf targets, double loss_scale, Buf dx, LayerWorkspace& ws);
-void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf dw,
-                          HeadActs& a, LayerWorkspace& ws);
+                         HeadActs& a, Buf targets, double loss_scale, Buf dx, LayerWorkspace& ws, Buf dw = {});
+// dw += the head's weight gradients; recomputes the logits chunks (w: the head's weights) unless B did the
+// lm_head part already.
+void head_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w,
+                          Buf dw, HeadActs& a, Buf targets, LayerWorkspace& ws);
+// logits[n, vl] of the rows of x (sampling: no cross-entropy).
+void head_logits(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf w, HeadActs& a,
+                 Buf x, Buf logits, LayerWorkspace& ws);
 
 }  // namespace meshrun::train

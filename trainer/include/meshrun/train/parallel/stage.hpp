@@ -77,8 +77,9 @@ class Stage {
   void release_if_done(int mb, Slot& s);
   void carve(Slot& s);
   void carve_backward(Slot& s);
-  void unit_backward_input(Slot& s, int unit, int layer, double loss_scale);
-  void unit_backward_weight(Slot& s, int unit, int layer);
+  // head_dw: the head's gradient buffer when B and W run back to back (fused BW), else empty.
+  void unit_backward_input(Slot& s, int unit, int layer, double loss_scale, Buf head_dw = {});
+  void unit_backward_weight(Slot& s, int unit, int layer, Buf head_dw = {});
   template <class F> void for_units_reversed(F&& f);
   // The MoE arguments of decoder unit u (its local experts acquired when `acquire`), or nullptr if dense.
   MoeLayer* moe_layer(Slot& s, int u, int layer, bool acquire);
