@@ -223,6 +223,11 @@ class CudaBackend final : public Backend {
     Timer t(*this, "linear_forward");
     rm_gemm(false, true, n, out, in, x, in, w, in, y, out, 1, 0);
   }
+  // cuBLASLt: D = alpha·op(A)·op(B) + beta·C with C = D (in place; Cdesc = Ddesc), one rounding (docs/gpu.md).
+  void linear_forward_residual(Buf y, Buf x, Buf w, std::int64_t n, std::int64_t in, std::int64_t out, Buf) override {
+    Timer t(*this, "linear_forward_residual");
+    rm_gemm(false, true, n, out, in, x, in, w, in, y, out, 1, 1);
+  }
   void linear_backward_input(Buf dx, Buf dy, Buf w, std::int64_t n, std::int64_t in, std::int64_t out,
                              bool acc) override {
     Timer t(*this, "linear_backward_input");

@@ -132,6 +132,13 @@ std::vector<std::pair<std::string, Case>> cases() {
     s.be.linear_forward(y, s.in(rnd(n * in, 1), p.param), s.in(rnd(out * in, 2, -0.1, 0.1), p.param), n, in, out);
     return Outputs{{"logits", s.out(y)}};
   });
+  c.emplace_back("linear_forward_residual", [=](Scope& s) {
+    const Precision p = s.be.precision();
+    Buf y = s.in(rnd(n * out, 9), p.param), scratch = s.make(n * out, p.param);
+    s.be.linear_forward_residual(y, s.in(rnd(n * in, 1), p.param), s.in(rnd(out * in, 2, -0.1, 0.1), p.param), n, in,
+                                 out, scratch);
+    return Outputs{{"y(+residual)", s.out(y)}};
+  });
   c.emplace_back("linear_backward_input(+accumulate)", [=](Scope& s) {
     const Precision p = s.be.precision();
     Buf dx = s.in(rnd(n * in, 3), p.param);

@@ -115,10 +115,18 @@ void attention_output_and_mlp(const LayerDims& d, const TensorParallel& tp, cons
   const std::int64_t n = d.n, nl = d.nl, h = d.h, qd = d.hq * d.dh;
   auto W = [&](int t) { return tensor(w, ts[t]); };
   const Buf nh = ws.nh.at(0, nl * h), nh_full = ws.nh_full.at(0, n * h);
-  be.linear_forward(nh_full, a.att, W(kO), n, qd, h);
-  tp.reduce_rows(nh_full, nh);
-  be.copy(a.x2, a.x_in);  // x2 = x_in + attention output: one rounding, as before
-  be.add(a.x2, nh);
+  // x2 = x_in + attention output. At tp 1 the residual add is folded into o_proj (Backend::
+  // linear_forward_residual: the CPU's same two roundings, CUDA's beta = 1 product); a row-parallel output is a
+  // partial sum, reduced before the add.
+  be.copy(a.x2, a.x_in);
+  const bool fold = tp.size() == 1;
+  if (fold) {
+    be.linear_forward_residual(a.x2, a.att, W(kO), n, qd, h, nh_full);
+  } else {
+    be.linear_forward(nh_full, a.att, W(kO), n, qd, h);
+    tp.reduce_rows(nh_full, nh);
+    be.add(a.x2, nh);
+  }
   be.rmsnorm_forward(a.xn2, a.rstd2, a.x2, W(kLn2), nl, h, d.norm_eps);
   if (moe) {
     moe_forward(*moe->ep, tp, moe->layer, ts, w, moe->experts, *moe->ets, *moe->acts, a.xn2, nh, ws.xn_full,
@@ -128,6 +136,11 @@ void attention_output_and_mlp(const LayerDims& d, const TensorParallel& tp, cons
     be.linear_forward(a.gate, xn2, W(kGate), n, h, d.ffn);
     be.linear_forward(a.up, xn2, W(kUp), n, h, d.ffn);
     be.swiglu_forward(a.hact, a.gate, a.up, n * d.ffn);
+    if (fold) {  // x = x2 + the MLP's output, folded into down_proj
+      be.copy(x, a.x2);
+      be.linear_forward_residual(x, a.hact, W(kDown), n, d.ffn, h, nh_full);
+      return;
+    }
     be.linear_forward(nh_full, a.hact, W(kDown), n, d.ffn, h);
     tp.reduce_rows(nh_full, nh);
   }

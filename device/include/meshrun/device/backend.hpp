@@ -70,6 +70,14 @@ class Backend {
 
   // linear: y[n,out] = x·Wᵀ ; dx = dy·W (overwrite/accumulate) ; dW[out,in] += dyᵀ·x (dW in grad dtype)
   virtual void linear_forward(Buf y, Buf x, Buf w, std::int64_t n, std::int64_t in, std::int64_t out) = 0;
+  // y[n, out] += x · Wᵀ: a residual add folded into the product. The CUDA backend runs one cuBLASLt product with
+  // beta = 1 and C = D = y (one rounding of the sum); this default, the CPU backends', is linear_forward into
+  // scratch ([n·out] of y's type) then add: the bits of those two calls.
+  virtual void linear_forward_residual(Buf y, Buf x, Buf w, std::int64_t n, std::int64_t in, std::int64_t out,
+                                       Buf scratch) {
+    linear_forward(scratch.at(0, n * out), x, w, n, in, out);
+    add(y.at(0, n * out), scratch.at(0, n * out));
+  }
   virtual void linear_backward_input(Buf dx, Buf dy, Buf w, std::int64_t n, std::int64_t in, std::int64_t out,
                                      bool accumulate) = 0;
   virtual void linear_backward_weight(Buf dw, Buf dy, Buf x, std::int64_t n, std::int64_t in,
