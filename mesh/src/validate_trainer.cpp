@@ -24,7 +24,7 @@ bool is_trainer_rule(std::string_view name) {
   static constexpr std::string_view kTrainerRules[] = {"rope-head-dim", "expert-width-tp",         "trainer-mlp",
                                                        "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule",
                                                        "router-aux-pp", "data-blend",              "data-source",
-                                                       "eval-valid"};
+                                                       "eval-valid",    "recompute-experts"};
   return std::find(std::begin(kTrainerRules), std::end(kTrainerRules), name) != std::end(kTrainerRules);
 }
 
@@ -62,6 +62,11 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
   if (m.experts > 0 && m.router_aux == "hf" && l.pp > 1)
     p.push_back({"router-aux-pp", "model.router_aux = \"hf\" pools the router statistics over all layers, which meshrun-train "
                                   "does not pass between pipeline stages: use parallel.pp = 1 or model.router_aux = \"meshrun\""});
+  check("recompute-experts");
+  if (m.experts > 0 && cfg.training.recompute == "full")
+    p.push_back({"recompute-experts", "training.recompute = \"full\" with model.experts: meshrun-train does not rerun an "
+                                      "expert layer's routing and dispatch in the backward; use \"selective\" (norm "
+                                      "outputs and the SwiGLU outputs, the experts' too) or \"none\""});
   // Data keys (docs/trainer.md, "Data"): checkable before the job starts; the files themselves are read by
   // meshrun-train.
   const DataSpec& d = cfg.data;

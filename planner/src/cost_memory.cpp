@@ -64,9 +64,11 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
                    + rows_in * (h + 2 * fe) * A;                // expert output gradient, gate/up gradients
   }
   mem.activations = per_layer * in_flight_layers;
-  if (s.recompute == Recompute::full) {  // the layer being recomputed is materialised in full
+  if (s.recompute == Recompute::full) {
+    // The layer being recomputed is materialised in full, statistics too (meshrun-train: one per rank, in its
+    // layer workspace; its input is the kept one, its thrown-away output in its place).
     a.recompute = Recompute::none;
-    mem.activations += activation_bytes_per_layer(m_, a);
+    mem.activations += activation_bytes_per_layer(m_, a) + 2 * nl * St + n * hq * (St - 4);
   }
   // Per slot: the stage's input and its gradient (the pipeline transfers read and write them in place), token
   // ids and targets on the first and last chunk, the final norm's input and output on the last.
@@ -90,8 +92,11 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   const double deferred = s.schedule == PipelineSchedule::zero_bubble ? std::min(rank + 1, micro) : 0;
   double ws = deferred * chunk_grads * A + s.layout.virtual_stages * std::max(layer_grads, head_grads) * A;
   // The layer workspace (one per rank): row-parallel outputs (nl and n rows), the MLP and attention
-  // backward scratch, the gathered norm output under sequence parallelism, the experts' scratch.
+  // backward scratch (the MLP's holds the recomputed SwiGLU output too), the gathered norm output under
+  // sequence parallelism, the experts' scratch.
   ws += (nl * h + n * h + n * ffn + n * qd + (s.batch.sequence_parallel ? n * h : 0) + rows_in * fe) * A;
+  // Selective recomputation: the norm output a forward or a W computes without keeping it.
+  if (s.recompute == Recompute::selective) ws += nl * h * A;
   // Context parallelism: K/V send and receive blocks and their gradients (all-gather: the gathered K/V and
   // dK/dV of all cp ranks too), one half-chunk's partial attention output and its log-sum-exp.
   if (s.layout.cp > 1) {

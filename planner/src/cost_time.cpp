@@ -152,7 +152,8 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   const int micro = int(s.batch.microbatches);
   const bool moe = m_.experts > 0;
   const double t = s.layout.tp;
-  const double again = s.recompute == Recompute::full ? 1.0 : 0.0;  // full recompute re-runs the forward
+  // Full recomputation re-runs the forward before B, and again before a W run apart from its B (zero-bubble).
+  const double again = s.recompute != Recompute::full ? 0.0 : s.schedule == PipelineSchedule::zero_bubble ? 2.0 : 1.0;
   // Zero-bubble: the head's W, run apart from its B, computes the logits once more.
   const double head_w_again = fused_head_ && s.schedule == PipelineSchedule::zero_bubble ? c.head_fwd : 0.0;
 
@@ -194,13 +195,16 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   // The pipeline bubble comes from the schedule's table simulated with these costs (add_bubble): each rank's
   // step is the makespan, of which the busiest rank computes the parts above, so its idle time is the
   // bubble. Per layer the forward carries its TP/CP/EP collectives, the backward the rest (recomputation,
-  // the backward collectives); W is the weight-gradient GEMMs, which need no communication.
+  // the backward collectives); W is the weight-gradient GEMMs, which need no communication, and meshrun-train's
+  // selective recomputation (it rebuilds the norm and SwiGLU outputs where W reads them); a W apart from its B
+  // under full recomputation runs the forward again, collectives included.
   PipelineCosts pc;
   if (s.layout.pp > 1) {
+    const double again_b = again > 0 ? 1.0 : 0.0, again_w = again - again_b;
     pc.f = c.fwd + c.tp + c.cp_fwd + c.ep;
-    pc.w = c.bwd_weight;
-    pc.b = c.bwd - c.bwd_weight + again * c.fwd + selective + (1 + again) * (c.tp + c.ep) + c.cp_bwd +
-           (cp_ring_ ? again * c.cp_fwd : 0.0);
+    pc.w = c.bwd_weight + selective + again_w * (c.fwd + c.tp + c.ep + (cp_ring_ ? c.cp_fwd : 0.0));
+    pc.b = c.bwd - c.bwd_weight + again_b * c.fwd + (1 + again_b) * (c.tp + c.ep) + c.cp_bwd +
+           (cp_ring_ ? again_b * c.cp_fwd : 0.0);
     pc.head_f = c.head_fwd;
     pc.head_w = c.head_bwd_weight + head_w_again;
     pc.head_b = c.head_bwd - c.head_bwd_weight;

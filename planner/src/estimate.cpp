@@ -143,10 +143,6 @@ Estimate estimate(const JobConfig& cfg, const Calibration& calibration) {
   s.batch = setting_batch(cfg.training, s.layout);
   s.schedule = *parse_pipeline_schedule(cfg.parallel.pipeline_schedule);  // validate() applied the schedule rule
   s.recompute = *parse_recompute(cfg.training.recompute);
-  if (r.hardware.gpu == "cpu" && s.recompute != Recompute::none)
-    throw ConfigError("training.recompute = \"" + cfg.training.recompute +
-                      "\": meshrun-train on CPU does not recompute activations, so the estimate would not describe "
-                      "its run; set training.recompute = \"none\" (or plan for GPUs with cluster.gpu)");
 
   CostModel model(cfg, r.hardware);
   StageLayers layers = *stage_layers(cfg.model.layers, s.layout.pp, s.layout.virtual_stages);  // validate() checked the split

@@ -99,7 +99,6 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
   const Cluster& cluster = r.cluster;
   CostModel model(cfg, r.hardware);
   model.use_simulated_live_slots(exhaustive);
-  const bool cpu = r.hardware.gpu == "cpu";
   const ModelSpec& m = cfg.model;
   const TrainingSpec& t = cfg.training;
   std::vector<Problem> problems;
@@ -197,7 +196,8 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
               double idle_bound[3] = {-1, -1, -1};
               for (int zero = 0; zero <= zero_max; ++zero)
                 for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-                  if (cpu && rc != Recompute::none) continue;  // meshrun-train on CPU does not recompute
+                  // meshrun-train's rule recompute-experts: no full recomputation of expert layers.
+                  if (rc == Recompute::full && m.experts > 0) continue;
                   ++res.settings;
                   Candidate cand{one, pc.layers, 0, index++};
                   cand.setting.layout.virtual_stages = pc.v;

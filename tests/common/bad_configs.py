@@ -21,6 +21,8 @@ TABLE = [
      "the expert width (model.moe_ffn_hidden, or ffn_hidden when 0) = 129 is not divisible by tp=2; expert MLPs are split over TP like the dense one: use a tp that divides it"),
     ("router-aux-pp", "tiny-moe.toml", {"model": {"router_aux": '"hf"'}, "parallel": {"pp": "2", "ep": "2"}},
      'model.router_aux = "hf" pools the router statistics over all layers, which meshrun-train does not pass between pipeline stages: use parallel.pp = 1 or model.router_aux = "meshrun"'),
+    ("recompute-experts", "tiny-moe.toml", {"training": {"recompute": '"full"'}},
+     'training.recompute = "full" with model.experts: meshrun-train does not rerun an expert layer\'s routing and dispatch in the backward; use "selective" (norm outputs and the SwiGLU outputs, the experts\' too) or "none"'),
     ("kv-heads-tp", "tiny.toml", {"model": {"kv_heads": "1"}},
      "model.kv_heads=1 is not divisible by tp=2; each TP rank needs whole KV heads (GQA): use tp in {1}"),
     ("layers-pp", "tiny.toml", {"model": {"layers": "5"}, "parallel": {"tp": "1", "pp": "2"}},

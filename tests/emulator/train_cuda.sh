@@ -10,7 +10,8 @@
 #   - the validation loss (data.valid, training.eval_interval = 4) at steps 4 and 8 within 5e-4: evaluation runs
 #     on the device too;
 #   - a save at step 4 and a resume give the uninterrupted run's steps 5..8 bit for bit;
-#   - the run header and the metrics' run record name the emulated device.
+#   - the run header and the metrics' run record name the emulated device;
+#   - training.recompute = full (tiny) and selective (tiny-moe) on the device: the same bits as none.
 # More ranks (NCCL): train_nccl.sh.
 # usage: train_cuda.sh tiny|moe MESHRUN_TRAIN TINY_TEMPLATE TINY_MOE_TEMPLATE MPIRUN (tiny: the dense template and
 # the resume; moe: the MoE template; two ctest entries that can run side by side)
@@ -59,8 +60,22 @@ run_pair() {   # NAME TEMPLATE CUDA_EXTRA... (for the CUDA run only)
     && bad "$name: a 0.1% loss change at step 3 passed the check" || pass "$name: a 0.1% loss change at step 3 fails the check"
 }
 
+# same_run NAME REF.jsonl RUN.jsonl: every step's loss and grad_norm equal, bit for bit (recomputation).
+same_run() {
+  python3 - "$2" "$3" <<'PY' && pass "$1: bit for bit the run that keeps every activation" || bad "$1: differs from the run that keeps every activation"
+import json, sys
+def steps(p): return [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r.get("record") == "step"]
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+sys.exit(0 if len(a) == 8 and a == b else 1)
+PY
+}
+
 if [[ $MODE == moe ]]; then
   run_pair tiny-moe "$MOE"
+  # Selective recomputation on the device: the norm and SwiGLU outputs (the experts' too) rebuilt in W.
+  "$TRAIN" "$MOE" "${common[@]}" --set training.device=cuda --set training.recompute=selective \
+    --metrics "$DIR/moe-selective.jsonl" >"$DIR/moe-selective.log" 2>&1 || { bad "tiny-moe selective: the CUDA run failed"; tail -5 "$DIR/moe-selective.log"; }
+  same_run "tiny-moe CUDA recompute = selective" "$DIR/tiny-moe-cuda.jsonl" "$DIR/moe-selective.jsonl"
   [[ $fail -eq 0 ]] && echo "train_cuda moe: all passed" || echo "train_cuda moe: FAILED"
   exit $fail
 fi
@@ -72,6 +87,11 @@ grep -q "meshrun-train: device cuda:0 meshrun emulated CUDA device (host CPU) (b
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][0]; sys.exit(0 if r["record"]=="run" and r["device"]=="cuda" and "emulated" in r["backend"] else 1)' \
   "$DIR/tiny-cuda.jsonl" && pass "the metrics' run record names device cuda and the emulated backend" \
   || bad "the metrics' run record does not name the emulated backend"
+
+# Full recomputation on the device: each layer's forward run again before its backward.
+"$TRAIN" "$TINY" "${common[@]}" --set training.device=cuda --set training.recompute=full \
+  --metrics "$DIR/tiny-full.jsonl" >"$DIR/tiny-full.log" 2>&1 || { bad "tiny full: the CUDA run failed"; tail -5 "$DIR/tiny-full.log"; }
+same_run "tiny CUDA recompute = full" "$DIR/tiny-cuda.jsonl" "$DIR/tiny-full.jsonl"
 
 # Resume: the step-4 checkpoint of the CUDA run, as if the run had stopped there.
 rm -rf "$DIR/ck/step-8"

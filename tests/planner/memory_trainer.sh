@@ -1,7 +1,7 @@
 #!/bin/bash
 # The planner's activation and workspace estimate against what meshrun-train allocates (issue 30, item 5):
 # tiny and a mid-sized model (templates/tiny.toml re-shaped by --set) on 2 ranks in four layouts — tp2,
-# pp2 (1F1B), cp2, dp2 with ZeRO-3 — one step each. meshrun-train prints rank 0's "activations X MiB"
+# pp2 (1F1B), cp2, dp2 with ZeRO-3 — one step each; tp2 and pp2 again under selective and full recomputation. meshrun-train prints rank 0's "activations X MiB"
 # (saved activations, backward buffers, layer workspace, CP buffers); `meshrun plan --estimate --format json`
 # gives activations + logits + workspace of the first stage (rank 0's). Each pair must agree within 5%.
 # Also tiny in bf16 (CPU mixed precision) and tiny-moe with ep2 (below).
@@ -70,6 +70,33 @@ for model in tiny mid; do
     fi
   done
 done
+# Recomputation (training.recompute): what each mode keeps, tiny and mid, tensor- and pipeline-parallel.
+for model in tiny mid; do
+  shape=(); [[ $model == mid ]] && shape=("${mid[@]}")
+  for name in tp2 pp2-1f1b; do
+    for mode in selective full; do
+      # shellcheck disable=SC2206  # the layout's options split into words on purpose
+      args=("${common[@]}" "${shape[@]}" ${layouts[$name]} --set training.recompute=$mode)
+      p=$(plan_mib "${args[@]}") || { bad "$model $name $mode: meshrun plan failed: $(head -1 "$DIR/plan.err")"; continue; }
+      t=$(train_mib "${args[@]}") || { bad "$model $name $mode: meshrun-train failed"; continue; }
+      rel=$(python3 -c 'import sys; p, t = map(float, sys.argv[1:]); print("%+.2f%%" % (100 * (p - t) / t))' "$p" "$t")
+      if within "$p" "$t" 0.05; then pass "$model $name recompute $mode: planner $p MiB, meshrun-train $t MiB ($rel)"
+      else bad "$model $name recompute $mode: planner $p MiB, meshrun-train $t MiB ($rel, over 5%)"; fi
+    done
+  done
+done
+# bench/trainer-mid.toml as the benchmark runs it (8 layers, hidden 512, sequence 256, one micro-batch of 4),
+# at tp 2, in each mode.
+T=$(dirname "$TEMPLATE")/../bench/trainer-mid.toml
+for mode in none selective full; do
+  args=(--set cluster.gpus_per_node=2 --set training.steps=1 --set parallel.tp=2 --set training.recompute=$mode)
+  p=$(plan_mib "${args[@]}") || { bad "trainer-mid $mode: meshrun plan failed: $(head -1 "$DIR/plan.err")"; continue; }
+  t=$(train_mib "${args[@]}") || { bad "trainer-mid $mode: meshrun-train failed"; continue; }
+  rel=$(python3 -c 'import sys; p, t = map(float, sys.argv[1:]); print("%+.2f%%" % (100 * (p - t) / t))' "$p" "$t")
+  if within "$p" "$t" 0.05; then pass "bench/trainer-mid tp2 recompute $mode: planner $p MiB, meshrun-train $t MiB ($rel)"
+  else bad "bench/trainer-mid tp2 recompute $mode: planner $p MiB, meshrun-train $t MiB ($rel, over 5%)"; fi
+done
+T=$TEMPLATE
 # The precision followed: tiny tp2 trained in bf16 (CPU mixed precision) against the estimate for bf16.
 args=("${common[@]}" --set parallel.tp=2 --set training.dtype=bf16)
 p=$(plan_mib "${args[@]}") && t=$(train_mib "${args[@]}") && [[ -n $t ]] && within "$p" "$t" 0.05 &&

@@ -102,8 +102,8 @@ bool is_layout_rule(std::string_view name);
 // `meshrun plan`, `sbatch`, `run`, `exec`, the plugin with --mesh-template, and meshrun-train itself — so
 // whatever the dry run accepts, the trainer runs. `meshrun plan --for megatron|torchtitan` leaves them out.
 // Check ids (is_trainer_rule): rope-head-dim, expert-width-tp, trainer-mlp, trainer-tied-embeddings, cp-comm,
-// pipeline-schedule, router-aux-pp (router_aux = "hf" pools over layers: pp = 1), data-source, data-blend,
-// eval-valid.
+// pipeline-schedule, router-aux-pp (router_aux = "hf" pools over layers: pp = 1), recompute-experts (no full
+// recomputation of expert layers), data-source, data-blend, eval-valid.
 std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& layout,
                                       std::vector<std::string>* checks_run = nullptr);
 bool is_trainer_rule(std::string_view name);

@@ -1,6 +1,7 @@
 #include "meshrun/train/model/layers.hpp"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace meshrun::train {
 
@@ -28,12 +29,23 @@ LayerDims LayerDims::make(const ModelSpec& m, const BatchGeometry& g, int tp, in
   return d;
 }
 
-void DecoderActs::carve_forward(Carver& c, const LayerDims& d) {
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  throw std::invalid_argument("training.recompute = \"" + name + "\": use \"none\", \"selective\" or \"full\"");
+}
+
+void DecoderActs::carve_forward(Carver& c, const LayerDims& d, Recompute keep, Buf input) {
   const std::int64_t n = d.n, nl = d.nl, h = d.h, qd = d.hq * d.dh, kvd = d.hkv * d.dh, f = d.ffn;
-  x_in = c.take(nl * h); rstd1 = c.stat(nl); xn1 = c.take(nl * h);
+  kept = keep;
+  x_in = input.p ? input : c.take(nl * h);
+  if (keep == Recompute::full) return;
+  const bool all = keep == Recompute::none;  // selective: not the norm outputs nor the MLP activation
+  rstd1 = c.stat(nl); xn1 = all ? c.take(nl * h) : Buf{};
   q = c.take(n * qd); k = c.take(n * kvd); v = c.take(n * kvd); att = c.take(n * qd); lse = c.stat(n * d.hq);
-  x2 = c.take(nl * h); rstd2 = c.stat(nl); xn2 = c.take(nl * h);
-  gate = c.take(n * f); up = c.take(n * f); hact = c.take(n * f);
+  x2 = c.take(nl * h); rstd2 = c.stat(nl); xn2 = all ? c.take(nl * h) : Buf{};
+  gate = c.take(n * f); up = c.take(n * f); hact = all ? c.take(n * f) : Buf{};
 }
 
 void DecoderActs::carve_backward(Carver& c, const LayerDims& d) {
@@ -49,8 +61,10 @@ void HeadActs::carve_forward(Carver& c, const LayerDims& d) {
 
 void HeadActs::carve_backward(Carver& c, const LayerDims& d) { dxf = c.take(d.nl * d.h); }
 
-void LayerWorkspace::resize(device::Backend& backend, const LayerDims& d, bool sequence_parallel) {
+void LayerWorkspace::resize(device::Backend& backend, const LayerDims& d, bool sequence_parallel,
+                            Recompute mode) {
   be = &backend;
+  recompute = mode;
   const DType t = backend.precision().param, st = backend.precision().stat;
   logits = device::DeviceBuffer(backend, std::max<std::int64_t>(1, d.head_rows * d.vl), st);
   // dlogits feed the lm_head products: activations' type (a buffer of its own only when that differs).
@@ -65,11 +79,26 @@ void LayerWorkspace::resize(device::Backend& backend, const LayerDims& d, bool s
   make(ff, d.n * d.ffn);
   make(att, d.n * d.hq * d.dh);
   make(xn_full, sequence_parallel ? d.n * d.h : 0);
+  make(xn, mode == Recompute::selective ? d.nl * d.h : 0);
+  if (mode == Recompute::full) {
+    Carver size{Buf{nullptr, 0, t}, Buf{nullptr, 0, st}};
+    DecoderActs probe;
+    probe.carve_forward(size, d);
+    make(layer, size.used - d.nl * d.h);  // all but x_in, which is the kept layer's (workspace_layer)
+    layer_stat = device::DeviceBuffer(backend, std::max<std::int64_t>(1, size.stat_used), st);
+    backend.zero(layer_stat);
+    make(layer_out, d.nl * d.h);
+  } else {
+    layer.reset();
+    layer_stat.reset();
+    layer_out.reset();
+  }
+  layer_owner = nullptr;
 }
 
 std::int64_t LayerWorkspace::bytes() const {
   return nh.bytes() + nh_full.bytes() + ff.bytes() + att.bytes() + xn_full.bytes() + moe_scratch.bytes() +
-         logits.bytes() + dlogits.bytes();
+         logits.bytes() + dlogits.bytes() + xn.bytes() + layer.bytes() + layer_stat.bytes() + layer_out.bytes();
 }
 
 // ---- embedding ---------------------------------------------------------------------------------------
@@ -149,9 +178,27 @@ void attention_output_and_mlp(const LayerDims& d, const TensorParallel& tp, cons
 }
 }  // namespace
 
+namespace {
+DecoderActs workspace_layer(const LayerDims& d, const DecoderActs& kept, LayerWorkspace& ws);
+}  // namespace
+
 void decoder_forward(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
                      const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf x, Buf pos, LayerWorkspace& ws,
                      MoeLayer* moe) {
+  if (a.kept == Recompute::full) {  // only x_in is kept: the rest goes to the workspace's layer
+    DecoderActs r = workspace_layer(d, a, ws);
+    ws.layer_owner = nullptr;
+    decoder_forward(d, tp, cp, ts, w, r, x, pos, ws, moe);
+    return;
+  }
+  if (a.kept == Recompute::selective) {  // the norm outputs and the SwiGLU output only while they are read
+    DecoderActs r = a;
+    r.kept = Recompute::none;
+    r.xn1 = r.xn2 = ws.xn.at(0, d.nl * d.h);  // xn1 is read by the q/k/v products, before xn2 is written
+    r.hact = ws.ff.at(0, d.n * d.ffn);         // the MLP backward's scratch, idle in a forward
+    decoder_forward(d, tp, cp, ts, w, r, x, pos, ws, moe);
+    return;
+  }
   attention_inputs(d, tp, ts, w, a, x, pos, ws);
   cp_attention_forward(cp, a.att, a.lse, a.q, a.k, a.v, pos, 1.0 / std::sqrt(static_cast<double>(d.dh)));
   attention_output_and_mlp(d, tp, ts, w, a, x, ws, moe);
@@ -174,6 +221,7 @@ void decoder_forward_cached(const LayerDims& d, const TensorParallel& tp, const 
 void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
                             const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf dy, Buf pos,
                             LayerWorkspace& ws, MoeLayer* moe) {
+  if (a.kept == Recompute::full) throw std::logic_error("decoder_backward_input: a full-recompute layer's B needs decoder_recompute first");
   device::Backend& be = *ws.be;
   const std::int64_t n = d.n, nl = d.nl, h = d.h, dh = d.dh, qd = d.hq * d.dh, kvd = d.hkv * d.dh;
   auto W = [&](int t) { return tensor(w, ts[t]); };
@@ -208,21 +256,31 @@ void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, Contex
 }
 
 void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf dw,
-                             DecoderActs& a, LayerWorkspace& ws, MoeLayer* moe) {
+                             DecoderActs& a, LayerWorkspace& ws, MoeLayer* moe, Buf w) {
   device::Backend& be = *ws.be;
   const std::int64_t n = d.n, nl = d.nl, h = d.h, qd = d.hq * d.dh, kvd = d.hkv * d.dh;
   auto G = [&](int t) { return tensor(dw, ts[t]); };
-  const Buf xn2 = tp.full_rows(a.xn2, ws.xn_full);  // sequence parallel: gathered again, as Megatron-SP does
+  // Selective recomputation: each norm output again (its rstd rewritten with the same bits) into ws.xn, one
+  // at a time, and the SwiGLU output into the MLP scratch (idle during W).
+  const bool rebuild = a.kept == Recompute::selective;
+  if (rebuild && !w.p) throw std::logic_error("decoder_backward_weight: a selective layer's W needs its weights");
+  if (a.kept == Recompute::full) throw std::logic_error("decoder_backward_weight: a full-recompute layer's W needs decoder_recompute first");
+  const Buf xn_rows = rebuild ? ws.xn.at(0, nl * h) : Buf{};
+  if (rebuild) be.rmsnorm_forward(xn_rows, a.rstd2, a.x2, tensor(w, ts[kLn2]), nl, h, d.norm_eps);
+  const Buf xn2 = tp.full_rows(rebuild ? xn_rows : a.xn2, ws.xn_full);  // sequence parallel: gathered again, as Megatron-SP does
   if (moe) {
     moe_router_backward_weight(*moe->ep, ts, dw, *moe->acts, xn2, n, h);  // experts: Stage, unit by unit
   } else {
-    be.linear_backward_weight(G(kDown), a.dmlp, a.hact, n, d.ffn, h);
+    const Buf hact = rebuild ? ws.ff.at(0, n * d.ffn) : a.hact;
+    if (rebuild) be.swiglu_forward(hact, a.gate, a.up, n * d.ffn);
+    be.linear_backward_weight(G(kDown), a.dmlp, hact, n, d.ffn, h);
     be.linear_backward_weight(G(kGate), a.dgate, xn2, n, h, d.ffn);
     be.linear_backward_weight(G(kUp), a.dup, xn2, n, h, d.ffn);
   }
   be.rmsnorm_backward_weight(G(kLn2), a.dxn2, a.x2, a.rstd2, nl, h);
   be.linear_backward_weight(G(kO), a.dattn, a.att, n, qd, h);
-  const Buf xn1 = tp.full_rows(a.xn1, ws.xn_full);
+  if (rebuild) be.rmsnorm_forward(xn_rows, a.rstd1, a.x_in, tensor(w, ts[kLn1]), nl, h, d.norm_eps);
+  const Buf xn1 = tp.full_rows(rebuild ? xn_rows : a.xn1, ws.xn_full);
   be.linear_backward_weight(G(kQ), a.dq, xn1, n, h, qd);
   be.linear_backward_weight(G(kK), a.dk, xn1, n, h, kvd);
   be.linear_backward_weight(G(kV), a.dv, xn1, n, h, kvd);
@@ -230,6 +288,33 @@ void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const
   // Under sequence parallelism each rank saw only its rows: complete the norm-weight gradients.
   tp.sum_replicated_grad(G(kLn1));
   tp.sum_replicated_grad(G(kLn2));
+}
+
+namespace {
+// The workspace's decoder layer with kept's input and backward part (recompute = full).
+DecoderActs workspace_layer(const LayerDims& d, const DecoderActs& kept, LayerWorkspace& ws) {
+  if (ws.recompute != Recompute::full || kept.kept != Recompute::full)
+    throw std::logic_error("decoder layer: a full-recompute layer without the workspace's layer to rebuild into");
+  Carver c{ws.layer.buf(), ws.layer_stat.buf()};
+  DecoderActs r;
+  r.carve_forward(c, d, Recompute::none, kept.x_in);
+  r.dmlp = kept.dmlp; r.dgate = kept.dgate; r.dup = kept.dup; r.dattn = kept.dattn;
+  r.dq = kept.dq; r.dk = kept.dk; r.dv = kept.dv; r.dxn2 = kept.dxn2; r.dxn1 = kept.dxn1;
+  return r;
+}
+}  // namespace
+
+DecoderActs decoder_recompute(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
+                              const std::vector<TensorSlot>& ts, Buf w, const DecoderActs& kept, Buf pos,
+                              LayerWorkspace& ws, MoeLayer* moe) {
+  DecoderActs r = workspace_layer(d, kept, ws);
+  if (ws.layer_owner == &kept) return r;
+  // The forward from kept's input: x_in is rewritten with its own bits, the output goes to layer_out.
+  const Buf x = ws.layer_out.at(0, d.nl * d.h);
+  ws.be->copy(x, kept.x_in);
+  decoder_forward(d, tp, cp, ts, w, r, x, pos, ws, moe);
+  ws.layer_owner = &kept;
+  return r;
 }
 
 // ---- head --------------------------------------------------------------------------------------------

@@ -146,7 +146,9 @@ void moe_forward(const ExpertParallel& ep, const TensorParallel& tp, int layer, 
   const Buf xin = a.xin.ensure(be, R * h, t);
   std::int64_t bytes = exchange_rows(*ep.ep, send, a.send_rows, xin, a.recv_rows, h);
   // Every local expert on exactly its rows (a grouped GEMM over variable-size segments).
-  const Buf gate = a.gate.ensure(be, R * f, t), up = a.up.ensure(be, R * f, t), hact = a.hact.ensure(be, R * f, t);
+  const Buf gate = a.gate.ensure(be, R * f, t), up = a.up.ensure(be, R * f, t);
+  device::DeviceBuffer hact_transient;  // selective recomputation: the SwiGLU output only while it is used
+  const Buf hact = ep.keep_hact ? a.hact.ensure(be, R * f, t) : hact_transient.ensure(be, R * f, t);
   device::DeviceBuffer eout(be, R * h, t);
   be.zero(eout);
   for_segments(ep, a.recv_counts, [&](int j, int, std::int64_t r0, std::int64_t rows) {
@@ -251,10 +253,16 @@ void moe_expert_backward_weight(const ExpertParallel& ep, int j, Buf de, const s
     compute(tmp);
     be.add(dst, tmp);
   };
+  device::DeviceBuffer hact_buf;  // keep_hact false: each segment's SwiGLU output, recomputed
   for_segments(ep, a.recv_counts, [&](int jj, int, std::int64_t r0, std::int64_t rows) {
     if (jj != j) return;
+    Buf hact = ep.keep_hact ? a.hact.at(r0 * f, rows * f) : Buf{};
+    if (!ep.keep_hact) {
+      hact = hact_buf.ensure(be, std::max<std::int64_t>(rows * f, 1), be.precision().param).at(0, rows * f);
+      be.swiglu_forward(hact, a.gate.at(r0 * f, rows * f), a.up.at(r0 * f, rows * f), rows * f);
+    }
     add_segment(tensor(de, ets[kW2]), [&](Buf g) {
-      be.linear_backward_weight(g, a.dout.at(r0 * h, rows * h), a.hact.at(r0 * f, rows * f), rows, f, h);
+      be.linear_backward_weight(g, a.dout.at(r0 * h, rows * h), hact, rows, f, h);
     });
     add_segment(tensor(de, ets[kW1]), [&](Buf g) {
       be.linear_backward_weight(g, a.dgate.at(r0 * f, rows * f), a.xin.at(r0 * h, rows * h), rows, h, f);

@@ -27,10 +27,15 @@ std::vector<ChunkUnits> chunk_units(const ParamTable& table, const std::vector<i
 }
 
 Stage::Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel& cp,
-             const ParamTable& table, ParamStore& store, LayerWorkspace& ws, Buf pos, const ExpertParallel* ep)
+             const ParamTable& table, ParamStore& store, LayerWorkspace& ws, Buf pos, const ExpertParallel* ep,
+             Recompute recompute)
     : units_(std::move(units)), dims_(dims), tp_(tp), cp_(cp), table_(table), store_(store), be_(store.backend()),
       act_(be_.precision().param), stat_(be_.precision().stat), ws_(ws), pos_(pos),
-      ep_(ep && table.experts > 0 ? ep : nullptr) {
+      ep_(ep && table.experts > 0 ? ep : nullptr), keep_(recompute) {
+  if (keep_ == Recompute::full && ws_.recompute != Recompute::full)
+    throw std::logic_error("pipeline stage: recompute = full with a layer workspace that has no layer to rebuild into");
+  if (keep_ == Recompute::full && ep_)
+    throw std::logic_error("pipeline stage: recompute = full with experts reached the trainer (validate_trainer's recompute-full-experts refuses it)");
   for (int u : units_.units)
     if (u != table_.embed_unit() && u != table_.head_unit()) ++layer_count_;
   Slot probe;
@@ -51,7 +56,7 @@ void Stage::carve(Slot& s) {
   s.dy = c.take(dims_.nl * dims_.h);
   s.layers.resize(static_cast<std::size_t>(layer_count_));
   if (ep_) s.moe.resize(static_cast<std::size_t>(layer_count_));
-  for (DecoderActs& a : s.layers) a.carve_forward(c, dims_);
+  for (DecoderActs& a : s.layers) a.carve_forward(c, dims_, keep_);
   if (units_.last) s.head.carve_forward(c, dims_);
   slot_elems_ = c.used;
   slot_stat_elems_ = c.stat_used;
@@ -194,7 +199,13 @@ void Stage::unit_backward_input(Slot& s, int u, int layer, double loss_scale, Bu
     head_backward_input(dims_, tp_, ts, w, s.head, s.targets.at(0, dims_.n), loss_scale, s.dy, ws_, head_dw);
   } else {
     MoeLayer* moe = moe_layer(s, u, layer, true);
-    decoder_backward_input(dims_, tp_, cp_, ts, w, s.layers[layer], s.dy, pos_, ws_, moe);
+    DecoderActs* a = &s.layers[layer];
+    DecoderActs rebuilt;
+    if (keep_ == Recompute::full) {  // the layer's forward again, from its input
+      rebuilt = decoder_recompute(dims_, tp_, cp_, ts, w, *a, pos_, ws_, moe);
+      a = &rebuilt;
+    }
+    decoder_backward_input(dims_, tp_, cp_, ts, w, *a, s.dy, pos_, ws_, moe);
     release_experts(u);
   }
   store_.release(u);
@@ -213,12 +224,20 @@ void Stage::unit_backward_weight(Slot& s, int u, int layer, Buf head_dw) {
     store_.grad_end(u);
     return;
   }
+  // What the forward did not keep is recomputed from the layer's weights: the norm outputs and the MLP
+  // activation (selective), or the whole forward unless this W follows its B (full).
+  const bool rebuild = keep_ != Recompute::none && u != table_.embed_unit();
+  const Buf w = rebuild ? store_.acquire(u) : Buf{};
   const Buf dw = store_.grad_begin(u);
   if (u == table_.embed_unit()) {
     embedding_backward_weight(dims_, tp_, ts, dw, s.ids.at(0, dims_.n), s.dy, ws_);
+  } else if (keep_ == Recompute::full) {
+    DecoderActs rebuilt = decoder_recompute(dims_, tp_, cp_, ts, w, s.layers[layer], pos_, ws_, nullptr);
+    decoder_backward_weight(dims_, tp_, ts, dw, rebuilt, ws_, nullptr);
   } else {
-    decoder_backward_weight(dims_, tp_, ts, dw, s.layers[layer], ws_, moe_layer(s, u, layer, false));
+    decoder_backward_weight(dims_, tp_, ts, dw, s.layers[layer], ws_, moe_layer(s, u, layer, false), w);
   }
+  if (rebuild) store_.release(u);
   store_.grad_end(u);
   if (ep_ && layer >= 0) {  // the layer's local experts, each its own unit (replica group edp)
     const int model_layer = u - table_.layer_unit(0);

@@ -124,7 +124,8 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       tpctx_{&tp_, geometry_.sequence_parallel, dims_.n, dims_.nl, dims_.h} {
   const Layout& l = grid.layout();
   tpctx_.be = backend_.get();
-  ws_.resize(*backend_, dims_, tpctx_.gathers());
+  const Recompute recompute = parse_recompute(cfg.training.recompute);
+  ws_.resize(*backend_, dims_, tpctx_.gathers(), recompute);
   const std::vector<std::int32_t> seq_pos = geometry_.cp_positions(coord_.cp);
   std::vector<std::int32_t> pos;
   for (std::int64_t b = 0; b < geometry_.micro_batch_size; ++b) pos.insert(pos.end(), seq_pos.begin(), seq_pos.end());
@@ -166,6 +167,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
     epctx_.layers = table_.layers;
     if (epctx_.pooled && l.pp > 1) throw std::logic_error("router_aux = hf with pp > 1 reached the trainer (validate_trainer's router-aux-pp refuses it)");
     epctx_.stats = &moe_stats_;
+    epctx_.keep_hact = recompute == Recompute::none;
     epctx_.fault_drop_token = faults.moe_drop_token;
     epctx_.fault_wrong_rank = faults.moe_wrong_rank;
     epctx_.observe_logits = faults.router_logits;
@@ -176,7 +178,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   for (const ChunkUnits& c : chunks_) {
     if (chunk_rank(c.chunk, l.pp) != coord_.pp) continue;
     stages_.push_back(std::make_unique<Stage>(c, dims_, tpctx_, cpctx_, table_, store_, ws_, pos_,
-                                                 table_.experts > 0 ? &epctx_ : nullptr));
+                                                 table_.experts > 0 ? &epctx_ : nullptr, recompute));
     by_chunk[c.chunk] = stages_.back().get();
   }
   if (const std::string why = check_schedule_spec(schedule_spec(cfg, l, geometry_)); !why.empty())

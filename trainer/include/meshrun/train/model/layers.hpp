@@ -8,6 +8,7 @@
 // every operation on one a Backend call or a collective: the layers never touch tensor memory.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "meshrun/device/backend.hpp"
@@ -51,6 +52,15 @@ struct Carver {
   }
 };
 
+// Activation recomputation (training.recompute): what a decoder layer keeps of its forward for the backward.
+// none: everything below. selective: not the two norm outputs (xn1, xn2) nor the MLP activation's output
+// (hact, the experts' too): W recomputes them from what is kept (rmsnorm of x_in / x2, SwiGLU of gate, up) —
+// the planner's count (planner/src/model_math.cpp). full: only the layer's input x_in; the layer's forward
+// runs again, into the workspace, before its B and again before a W that runs apart from its B (zero-bubble).
+// The CPU backends recompute the same bits, so losses and gradients do not change.
+enum class Recompute { none, selective, full };
+Recompute parse_recompute(const std::string& name);  // "none" | "selective" | "full"
+
 // What a decoder layer keeps of one micro-batch between its forward, B and W.
 struct DecoderActs {
   // forward
@@ -58,9 +68,12 @@ struct DecoderActs {
   // B, for W: gathered output gradients of the two row-parallel projections, the MLP gate/up gradients,
   // q/k/v gradients after RoPE, and the gradients at the two norms' outputs.
   Buf dmlp, dgate, dup, dattn, dq, dk, dv, dxn2, dxn1;
+  Recompute kept = Recompute::none;  // what carve_forward kept
   // The two parts live in different buffers: the forward part from F until W, the backward part only
-  // from B until W (a schedule that runs W right after B needs one of those at a time).
-  void carve_forward(Carver& c, const LayerDims& d);
+  // from B until W (a schedule that runs W right after B needs one of those at a time). The forward part
+  // holds what `keep` keeps; the views of what it does not are empty.
+  // input: x_in's view when it lives elsewhere (not carved).
+  void carve_forward(Carver& c, const LayerDims& d, Recompute keep = Recompute::none, Buf input = {});
   void carve_backward(Carver& c, const LayerDims& d);
 };
 
@@ -82,7 +95,15 @@ struct LayerWorkspace {
   // One chunk of the head's logits (statistics' type) and of their gradient (activations' type; the logits
   // buffer itself, overwritten, when the two types are one).
   device::DeviceBuffer logits, dlogits;
-  void resize(device::Backend& backend, const LayerDims& d, bool sequence_parallel);
+  // recompute = full: one decoder layer's forward part but its input (layer, layer_stat: activations and
+  // statistics), which every forward of the rank writes into and decoder_recompute rebuilds before a
+  // backward; the rebuilt forward's output (thrown away); the kept activations whose forward `layer` holds.
+  // recompute = selective: the norm output a forward (or a W) computes and does not keep, [nl, h].
+  Recompute recompute = Recompute::none;
+  device::DeviceBuffer xn, layer, layer_stat, layer_out;
+  const DecoderActs* layer_owner = nullptr;
+  void resize(device::Backend& backend, const LayerDims& d, bool sequence_parallel,
+              Recompute recompute = Recompute::none);
   std::int64_t bytes() const;
 };
 
@@ -121,8 +142,15 @@ void decoder_forward_cached(const LayerDims& d, const TensorParallel& tp, const 
 void decoder_backward_input(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
                             const std::vector<TensorSlot>& ts, Buf w, DecoderActs& a, Buf dy, Buf pos,
                             LayerWorkspace& ws, MoeLayer* moe = nullptr);
+// w: the layer's weights, read only to recompute what a selective forward did not keep (else may be empty).
 void decoder_backward_weight(const LayerDims& d, const TensorParallel& tp, const std::vector<TensorSlot>& ts, Buf dw,
-                             DecoderActs& a, LayerWorkspace& ws, MoeLayer* moe = nullptr);
+                             DecoderActs& a, LayerWorkspace& ws, MoeLayer* moe = nullptr, Buf w = {});
+// recompute = full: the layer's forward part rebuilt in the workspace (ws.layer) from kept.x_in, the same bits as
+// a forward that kept everything; its x_in and backward part are kept's. The forward runs again unless the
+// workspace holds kept's already (a W right after its B: ws.layer_owner).
+DecoderActs decoder_recompute(const LayerDims& d, const TensorParallel& tp, ContextParallel& cp,
+                              const std::vector<TensorSlot>& ts, Buf w, const DecoderActs& kept, Buf pos,
+                              LayerWorkspace& ws, MoeLayer* moe = nullptr);
 
 // ---- head: final norm, lm_head fused with the cross-entropy ------------------------------------------
 // The logits exist one chunk of d.head_rows rows at a time (ws.logits); every kernel is row by row and every

@@ -59,6 +59,9 @@ struct ExpertParallel {
   bool pooled = false;
   int layers = 0;
   MoeStats* stats = nullptr;
+  // recompute = selective: false, and the experts' SwiGLU output is not kept; their W recomputes it from gate
+  // and up (the same bits).
+  bool keep_hact = true;
   // Faults the equivalence tests inject (never set outside tests).
   bool fault_drop_token = false;   // the first routed assignment of each micro-batch is not dispatched
   bool fault_wrong_rank = false;   // one assignment goes to the next EP rank's first expert
@@ -81,7 +84,7 @@ struct MoeActs {
   std::vector<std::int64_t> send_rows, recv_rows;  // per EP rank
   std::vector<std::int64_t> recv_counts;           // [ep · local]: rows from source s for local expert j
   device::DeviceBuffer aux_grad;   // [E]: ∂aux/∂p(r, i), the same for every row
-  device::DeviceBuffer xin, gate, up, hact;  // received rows [R, h], expert activations [R, f]
+  device::DeviceBuffer xin, gate, up, hact;  // received rows [R, h], expert activations [R, f] (hact: keep_hact)
   device::DeviceBuffer ret;        // expert outputs back in send order [sent, h]
   // backward (B for W)
   device::DeviceBuffer dout, dgate, dup;  // [R, h], [R, f]

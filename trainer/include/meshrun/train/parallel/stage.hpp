@@ -31,7 +31,8 @@ class Stage {
   // pos: [n] int32 backend buffer. Activations are allocated on the store's backend.
   Stage(ChunkUnits units, const LayerDims& dims, const TensorParallel& tp, ContextParallel& cp,
         const ParamTable& table, ParamStore& store, LayerWorkspace& ws, Buf pos,
-        const ExpertParallel* ep = nullptr);  // ep: mixture-of-experts layers (nullptr: dense)
+        const ExpertParallel* ep = nullptr,  // ep: mixture-of-experts layers (nullptr: dense)
+        Recompute recompute = Recompute::none);  // what the decoder layers keep (full: ws was resized for it)
 
   const ChunkUnits& units() const { return units_; }
   // Buffers of micro-batch mb's slot (taken on first use):
@@ -96,6 +97,7 @@ class Stage {
   LayerWorkspace& ws_;
   Buf pos_;
   const ExpertParallel* ep_ = nullptr;
+  Recompute keep_ = Recompute::none;
   MoeLayer moe_args_;
   int layer_count_ = 0;
   std::int64_t slot_elems_ = 0, slot_stat_elems_ = 0, grad_elems_ = 0;
