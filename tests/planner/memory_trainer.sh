@@ -70,6 +70,15 @@ for model in tiny mid; do
     fi
   done
 done
+# compare LABEL ARGS...: the planner's figure within 5% of the trainer's.
+compare() {
+  local label=$1 p t rel; shift
+  p=$(plan_mib "$@") || { bad "$label: meshrun plan failed: $(head -1 "$DIR/plan.err")"; return; }
+  t=$(train_mib "$@") || { bad "$label: meshrun-train failed"; return; }
+  rel=$(python3 -c 'import sys; p, t = map(float, sys.argv[1:]); print("%+.2f%%" % (100 * (p - t) / t))' "$p" "$t")
+  if within "$p" "$t" 0.05; then pass "$label: planner $p MiB, meshrun-train $t MiB ($rel)"
+  else bad "$label: planner $p MiB, meshrun-train $t MiB ($rel, over 5%)"; fi
+}
 # Recomputation (training.recompute): what each mode keeps, tiny and mid, tensor- and pipeline-parallel.
 for model in tiny mid; do
   shape=(); [[ $model == mid ]] && shape=("${mid[@]}")
@@ -77,11 +86,7 @@ for model in tiny mid; do
     for mode in selective full; do
       # shellcheck disable=SC2206  # the layout's options split into words on purpose
       args=("${common[@]}" "${shape[@]}" ${layouts[$name]} --set training.recompute=$mode)
-      p=$(plan_mib "${args[@]}") || { bad "$model $name $mode: meshrun plan failed: $(head -1 "$DIR/plan.err")"; continue; }
-      t=$(train_mib "${args[@]}") || { bad "$model $name $mode: meshrun-train failed"; continue; }
-      rel=$(python3 -c 'import sys; p, t = map(float, sys.argv[1:]); print("%+.2f%%" % (100 * (p - t) / t))' "$p" "$t")
-      if within "$p" "$t" 0.05; then pass "$model $name recompute $mode: planner $p MiB, meshrun-train $t MiB ($rel)"
-      else bad "$model $name recompute $mode: planner $p MiB, meshrun-train $t MiB ($rel, over 5%)"; fi
+      compare "$model $name recompute $mode" "${args[@]}"
     done
   done
 done
@@ -90,11 +95,7 @@ done
 T=$(dirname "$TEMPLATE")/../bench/trainer-mid.toml
 for mode in none selective full; do
   args=(--set cluster.gpus_per_node=2 --set training.steps=1 --set parallel.tp=2 --set training.recompute=$mode)
-  p=$(plan_mib "${args[@]}") || { bad "trainer-mid $mode: meshrun plan failed: $(head -1 "$DIR/plan.err")"; continue; }
-  t=$(train_mib "${args[@]}") || { bad "trainer-mid $mode: meshrun-train failed"; continue; }
-  rel=$(python3 -c 'import sys; p, t = map(float, sys.argv[1:]); print("%+.2f%%" % (100 * (p - t) / t))' "$p" "$t")
-  if within "$p" "$t" 0.05; then pass "bench/trainer-mid tp2 recompute $mode: planner $p MiB, meshrun-train $t MiB ($rel)"
-  else bad "bench/trainer-mid tp2 recompute $mode: planner $p MiB, meshrun-train $t MiB ($rel, over 5%)"; fi
+  compare "bench/trainer-mid tp2 recompute $mode" "${args[@]}"
 done
 T=$TEMPLATE
 # The precision followed: tiny tp2 trained in bf16 (CPU mixed precision) against the estimate for bf16.
