@@ -43,9 +43,22 @@ FrameworkFlags megatron(const JobConfig& cfg, const Layout& l, const BatchGeomet
   if (l.virtual_stages > 1) add(f, "--num-virtual-stages-per-pipeline-rank", l.virtual_stages);
   if (order == "tp-cp-ep-pp-dp") f.push_back("--use-tp-pp-dp-mapping");
   if (l.sequence_parallel) f.push_back("--sequence-parallel");
+  // Megatron-Core's cp_comm_type (TransformerConfig): p2p (ring), all_gather, a2a (Ulysses), a2a+p2p (a2a
+  // inside the first --hierarchical-context-parallel-sizes group, p2p across: meshrun's consecutive groups).
   if (l.cp > 1) {
+    const std::string& cc = cfg.parallel.cp_comm;
+    const int group = cp_alltoall_group(cfg.parallel, l.cp);
+    if (cc == "alltoall+ring" && !cp_alltoall_fits(cfg.parallel, l.cp, 1 << 30, 1 << 30))  // heads: Megatron checks
+      return refuse("parallel.cp_comm = \"alltoall+ring\" at cp=" + std::to_string(l.cp) + " with parallel.cp_alltoall = " +
+                    std::to_string(group) + ": set cp_alltoall to a divisor of cp from 2 to cp/2 (Megatron-LM's "
+                    "--hierarchical-context-parallel-sizes A2A P2P)");
     f.push_back("--cp-comm-type");
-    f.push_back(cfg.parallel.cp_comm == "allgather" ? "all_gather" : "p2p");
+    f.push_back(cc == "allgather" ? "all_gather" : cc == "alltoall" ? "a2a" : cc == "alltoall+ring" ? "a2a+p2p" : "p2p");
+    if (cc == "alltoall+ring") {
+      f.push_back("--hierarchical-context-parallel-sizes");
+      f.push_back(std::to_string(group));
+      f.push_back(std::to_string(l.cp / group));
+    }
   }
   // ZeRO: the distributed optimizer shards the optimizer state (ZeRO-1); Megatron-FSDP shards gradients too
   // (optim_grads, ZeRO-2) or also the parameters (optim_grads_params, ZeRO-3).
@@ -83,6 +96,10 @@ FrameworkFlags torchtitan(const JobConfig& cfg, const Layout& l, const BatchGeom
   if (l.zero_stage == 1)
     return refuse("torchtitan has no ZeRO-1 (its FSDP shards parameters and gradients): set parallel.zero_stage = 0 "
                   "(DDP: dp_replicate), 2 (FSDP without resharding after forward) or 3 (FSDP)");
+  if (l.cp > 1 && (cfg.parallel.cp_comm == "alltoall" || cfg.parallel.cp_comm == "alltoall+ring"))
+    return refuse("torchtitan's context parallelism is ring attention (its rotate method only changes how K/V "
+                  "travel), not parallel.cp_comm = \"" + cfg.parallel.cp_comm + "\"'s all-to-all over heads: use "
+                  "parallel.cp_comm = \"ring\" for torchtitan, or --for megatron (--cp-comm-type a2a / a2a+p2p)");
   const std::string& schedule = cfg.parallel.pipeline_schedule;
   std::string tt_schedule;
   if (l.pp > 1) {

@@ -113,8 +113,11 @@ std::vector<Field> make_schema() {
   add(field("parallel.sequence_parallel", &JobConfig::parallel, &LayoutSpec::sequence_parallel, V::boolean, "Megatron sequence parallelism"));
   add(choose(field("parallel.pipeline_schedule", &JobConfig::parallel, &LayoutSpec::pipeline_schedule, V::string, "pipeline schedule"),
              {"gpipe", "1f1b", "interleaved", "zb"}));
-  add(choose(field("parallel.cp_comm", &JobConfig::parallel, &LayoutSpec::cp_comm, V::string, "context-parallel attention: K/V ring or all-gather"),
-             {"ring", "allgather"}));
+  add(choose(field("parallel.cp_comm", &JobConfig::parallel, &LayoutSpec::cp_comm, V::string,
+                   "context-parallel attention: K/V ring, all-gather, all-to-all (Ulysses) or all-to-all + ring"),
+             {"ring", "allgather", "alltoall", "alltoall+ring"}));
+  add(at_most(at_least(field("parallel.cp_alltoall", &JobConfig::parallel, &LayoutSpec::cp_alltoall, V::integer,
+                             "alltoall+ring: CP ranks per all-to-all group"), 0), limits::kWorld));
 
   add(at_most(at_least(field("training.seq_len", &JobConfig::training, &TrainingSpec::seq_len, V::integer, "tokens per sequence"), 1), limits::kSeqLen));
   add(at_most(at_least(field("training.global_batch_size", &JobConfig::training, &TrainingSpec::global_batch_size, V::integer, "sequences per step"), 1), limits::kBatch));

@@ -20,11 +20,24 @@ std::string number(double v) {
 }
 }  // namespace
 
+int cp_alltoall_group(const LayoutSpec& spec, int cp) {
+  if (spec.cp_comm == "alltoall") return cp;
+  if (spec.cp_comm == "alltoall+ring") return spec.cp_alltoall;
+  return 1;
+}
+
+bool cp_alltoall_fits(const LayoutSpec& spec, int cp, int heads_per_tp, int kv_heads_per_tp) {
+  if (cp <= 1) return true;
+  const int g = cp_alltoall_group(spec, cp);
+  if (spec.cp_comm == "alltoall+ring" && (g < 2 || g >= cp)) return false;
+  return g >= 1 && cp % g == 0 && heads_per_tp % g == 0 && kv_heads_per_tp % g == 0;
+}
+
 bool is_trainer_rule(std::string_view name) {
   static constexpr std::string_view kTrainerRules[] = {"rope-head-dim", "expert-width-tp",         "trainer-mlp",
                                                        "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule",
                                                        "router-aux-pp", "data-blend",              "data-source",
-                                                       "eval-valid",    "recompute-experts"};
+                                                       "eval-valid",    "recompute-experts",       "cp-alltoall"};
   return std::find(std::begin(kTrainerRules), std::end(kTrainerRules), name) != std::end(kTrainerRules);
 }
 
@@ -52,8 +65,32 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
     p.push_back({"trainer-tied-embeddings", "model.tied_embeddings = true: meshrun-train keeps Llama's untied LM head; "
                                                 "set it to false (or plan for another trainer with --for)"});
   check("cp-comm");
-  if (cfg.parallel.cp_comm != "ring" && cfg.parallel.cp_comm != "allgather")
-    p.push_back({"cp-comm", "parallel.cp_comm = \"" + cfg.parallel.cp_comm + "\" is unknown; use \"ring\" or \"allgather\""});
+  const std::string& cc = cfg.parallel.cp_comm;
+  const bool cc_known = cc == "ring" || cc == "allgather" || cc == "alltoall" || cc == "alltoall+ring";
+  if (!cc_known)
+    p.push_back({"cp-comm", "parallel.cp_comm = \"" + cc + "\" is unknown; use \"ring\", \"allgather\", \"alltoall\" or "
+                            "\"alltoall+ring\""});
+  // All-to-all CP scatters the rank's attention heads over a group of CP ranks (all of them, or
+  // parallel.cp_alltoall consecutive ones under alltoall+ring); at cp = 1 every cp_comm setting is moot.
+  check("cp-alltoall");
+  const int a2a_group = cp_alltoall_group(cfg.parallel, l.cp);
+  if (cc_known && l.cp > 1) {
+    const int A = cfg.parallel.cp_alltoall;
+    if (cc == "alltoall+ring" && (A < 2 || A >= l.cp || l.cp % A != 0))
+      p.push_back({"cp-alltoall", "parallel.cp_comm = \"alltoall+ring\" at cp=" + s(l.cp) + " with parallel.cp_alltoall = " +
+                                      s(A) + ": set cp_alltoall to the CP ranks of one all-to-all group, a divisor of cp "
+                                      "from 2 to cp/2 (the ring runs across cp/cp_alltoall groups), or use \"alltoall\""});
+    else if (cc != "alltoall+ring" && A != 0)
+      p.push_back({"cp-alltoall", "parallel.cp_alltoall = " + s(A) + " applies only to parallel.cp_comm = \"alltoall+ring\", "
+                                      "not \"" + cc + "\": remove it or set cp_comm = \"alltoall+ring\""});
+    else if (a2a_group > 1 && m.heads > 0 && m.kv_heads > 0 && m.heads % l.tp == 0 && m.kv_heads % l.tp == 0 &&
+             ((m.heads / l.tp) % a2a_group != 0 || (m.kv_heads / l.tp) % a2a_group != 0))
+      p.push_back({"cp-alltoall", "parallel.cp_comm = \"" + cc + "\" scatters each rank's attention heads over " +
+                                      s(a2a_group) + " CP ranks, but its heads (model.heads/tp = " + s(m.heads / l.tp) +
+                                      ") and kv heads (model.kv_heads/tp = " + s(m.kv_heads / l.tp) +
+                                      ") are not both divisible by " + s(a2a_group) + ": use \"ring\" or \"allgather\", "
+                                      "a smaller all-to-all group, or a smaller tp"});
+  }
   check("pipeline-schedule");
   if (!parse_pipeline_schedule(cfg.parallel.pipeline_schedule))
     p.push_back({"pipeline-schedule", "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +

@@ -25,7 +25,7 @@ std::optional<StageLayers> stage_layers(int layers, int pp, int virtual_stages) 
   return s;
 }
 
-AxisLinks axis_links(const Layout& layout, const Cluster& cluster) {
+AxisLinks axis_links(const Layout& layout, const Cluster& cluster, int cp_group) {
   // Rank 0's group contains rank 0, so under block placement (rank r on slot r) the group stays inside one
   // NVLink domain / node exactly when its largest member does.
   RankGrid grid(layout);
@@ -66,6 +66,7 @@ AxisLinks axis_links(const Layout& layout, const Cluster& cluster) {
   l.edp_islands = layout.ep > 1 ? enumerate(GroupKind::edp) : l.dp_islands;
   l.tp = link(layout.tp, span(Axis::tp, layout.tp));
   l.cp = link(layout.cp, span(Axis::cp, layout.cp));
+  l.cp_group = link(cp_group, span(Axis::cp, std::clamp(cp_group, 1, layout.cp)));  // consecutive CP ranks
   l.pp = link(layout.pp, span(Axis::pp, layout.pp));
   const int64_t dp_cp_max = span(Axis::cp, layout.cp) + span(Axis::dp, layout.dp);
   l.dp = link(layout.cp * layout.dp, dp_cp_max);
@@ -117,6 +118,7 @@ double checked_imbalance(const PlannerSpec& planner) {
 CostModel::CostModel(const JobConfig& cfg, const Hardware& hw)
     : m_(cfg.model), hw_(hw), k_(hw.constants), seq_(cfg.training.seq_len),
       global_batch_(cfg.training.global_batch_size),
+      cp_spec_(cfg.parallel),
       cp_ring_(cfg.parallel.cp_comm != "allgather"),
       pb_(bytes_of(cfg.training.param_dtype, "param_dtype")),
       gb_(bytes_of(cfg.training.grad_dtype, "grad_dtype")),

@@ -30,7 +30,8 @@ struct StageLayers {
 std::optional<StageLayers> stage_layers(int layers, int pp, int virtual_stages);
 
 // Slowest link of every axis's group for a layout placed on a cluster (Slurm block placement).
-AxisLinks axis_links(const Layout& layout, const Cluster& cluster);
+// cp_group: context parallelism's all-to-all group (mesh's cp_alltoall_group; 1 without all-to-all).
+AxisLinks axis_links(const Layout& layout, const Cluster& cluster, int cp_group = 1);
 
 // One layer and one micro-batch on one GPU: compute per direction, communication per direction (the
 // backward moves the same volume as the forward).
@@ -110,7 +111,8 @@ class CostModel {
   CostConstants k_;
   int64_t seq_;
   int global_batch_;
-  bool cp_ring_;            // parallel.cp_comm = "ring" (else Llama 3's all-gather)
+  LayoutSpec cp_spec_;      // parallel.cp_comm and cp_alltoall (mesh's cp_alltoall_group reads them)
+  bool cp_ring_;            // K/V blocks travel a ring (ring, alltoall+ring; alltoall: a ring of one, no hops)
   int pb_, gb_, ob_;        // bytes: parameters, gradients, optimizer state
   int act_;                 // activation bytes: the run's precision (activation_dtype_bytes())
   int stat_;                // per-row statistics (norm rstd, log-sum-exp, logits): fp32, fp64 in an fp64 run

@@ -98,11 +98,17 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   // Selective recomputation: the norm output a forward or a W computes without keeping it.
   if (s.recompute == Recompute::selective) ws += nl * h * A;
   // Context parallelism: K/V send and receive blocks and their gradients (all-gather: the gathered K/V and
-  // dK/dV of all cp ranks too), one half-chunk's partial attention output and its log-sum-exp.
+  // dK/dV of all cp ranks too), one half-chunk's partial attention output and its log-sum-exp, for a ring
+  // of more than one member. All-to-all (a group of G ranks): the head-sharded q, k, v, out, lse, dout, dq,
+  // dk, dv (each the rank's own size), the send and receive buffers and the four int32 row permutations.
   if (s.layout.cp > 1) {
+    const int G = std::max(1, cp_alltoall_group(cp_spec_, s.layout.cp));
     const double kv_block = double(s.batch.micro_batch_size) * double(s.batch.tokens_per_cp_rank) * kvd;
     const double half_chunk = double(s.batch.tokens_per_cp_rank) / 2;
-    ws += (8 * kv_block + (cp_ring_ ? 0 : 4 * kv_block * s.layout.cp) + half_chunk * qd) * A + half_chunk * hq * St;
+    if (s.layout.cp / G > 1)
+      ws += (8 * kv_block + (cp_ring_ ? 0 : 4 * kv_block * s.layout.cp) + half_chunk * qd / G) * A +
+            half_chunk * hq / G * St;
+    if (G > 1) ws += (6 * n * qd + 4 * kv_block) * A + 3 * n * hq * St + 4 * n * G * 4;
   }
   mem.workspace = ws;
 

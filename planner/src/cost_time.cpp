@@ -63,8 +63,14 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
   const double whole_bytes = act_ * (4.0 * h + 6.0 * h + (moe ? 4.0 * m_.top_k * h : 0.0)) / sp_div;
   // The CP ring merges each K/V block's partial attention output into the rank's accumulator (online
   // softmax: read the accumulator and the block's output, write the accumulator), once per block.
-  const double ring_merges = s.layout.cp > 1 && cp_ring_ ? double(s.layout.cp) : 0.0;
-  const double sliced_bytes = act_ * (2.0 * (q_dim + kv_dim) + act_fn + ring_merges * 3.0 * q_dim) / t;
+  // All-to-all CP (a group of A ranks: the ring runs over cp/A members, A·S/cp rows each for heads/A)
+  // merges once per member; its head exchange copies q, k, v and out twice on the way there and back
+  // (into the send buffer, out of the receive buffer: read + write each).
+  const int cp_group = s.layout.cp > 1 ? std::max(1, cp_alltoall_group(cp_spec_, s.layout.cp)) : 1;
+  const int ring_members = s.layout.cp / cp_group;
+  const double ring_merges = ring_members > 1 && cp_ring_ ? double(ring_members) : 0.0;
+  const double a2a_copies = cp_group > 1 ? 4.0 * (2.0 * q_dim + 2.0 * kv_dim) : 0.0;
+  const double sliced_bytes = act_ * (2.0 * (q_dim + kv_dim) + act_fn + ring_merges * 3.0 * q_dim + a2a_copies) / t;
   const double elementwise_time =
       tokens * (whole_bytes + sliced_bytes) / (hw_.hbm_tbps * 1e12 * k_.memory_efficiency);
   // Selective recomputation re-runs the two norms and the activation function in the backward pass.
@@ -89,14 +95,25 @@ LayerCost CostModel::layer_cost(const Setting& s, const AxisLinks& links) const 
                         ring_latency(s.layout.cp, links.cp_islands, links.cp)
                   : 0.0;
   if (s.layout.cp > 1 && cp_ring_) {
-    // Ring (the trainer's ContextParallel): cp − 1 hops of one rank's K/V block, each posted before the
-    // block in hand is computed. With the zigzag split every hop computes exactly two of the C×C chunk
-    // pairs of the rank's 2·cp (C = S/2cp): 1/cp of its attention, so a hop hides behind attn/cp of the
-    // forward and 2·attn/cp of the backward. The backward also carries each block's dK/dV home: cp hops
-    // after the block's compute, exposed.
+    // Ring (the trainer's ContextParallel): G − 1 hops of one member's K/V block (G = cp/A members; the
+    // block is the rank's own K/V size whatever A), each posted before the block in hand is computed.
+    // With the zigzag split every hop computes 1/G of the member's attention, so a hop hides behind
+    // attn/G of the forward and 2·attn/G of the backward. The backward also carries each block's dK/dV
+    // home: G hops after the block's compute, exposed. alltoall (G = 1) has no hops.
+    const int G = ring_members;
     const double hop = kv_bytes / s.layout.cp / bandwidth(links.cp) + p2p_latency(links.cp);
-    c.cp_fwd = (s.layout.cp - 1) * std::max(0.0, hop - attn_time / s.layout.cp);
-    c.cp_bwd = (s.layout.cp - 1) * std::max(0.0, hop - 2 * attn_time / s.layout.cp) + s.layout.cp * hop;
+    c.cp_fwd = G > 1 ? (G - 1) * std::max(0.0, hop - attn_time / G) : 0.0;
+    c.cp_bwd = G > 1 ? (G - 1) * std::max(0.0, hop - 2 * attn_time / G) + G * hop : 0.0;
+    if (cp_group > 1) {
+      // The head exchange inside the group, exposed: (A − 1)/A of what moves leaves the rank. Forward:
+      // q, k, v there and out back (4 all-to-alls, the log-sum-exp a fifth); backward: q, k, v, out, dout
+      // and the log-sum-exp there (nothing head-sharded is kept), dq, dk, dv back (9).
+      const double A = cp_group, share = (A - 1) / A / bandwidth(links.cp_group);
+      const double q_bytes = tokens * q_dim / t * act_, kv1 = tokens * kv_dim / t * act_;
+      const double lse_bytes = tokens * double(m_.heads) / t * stat_;
+      c.cp_fwd += (2 * q_bytes + 2 * kv1 + lse_bytes) * share + 5 * p2p_latency(links.cp_group);
+      c.cp_bwd += (4 * q_bytes + 4 * kv1 + lse_bytes) * share + 9 * p2p_latency(links.cp_group);
+    }
   } else {
     // All-gather: K, V gathered in the forward, gathered again in the backward (only the local shard is
     // saved) and dK, dV reduce-scattered.

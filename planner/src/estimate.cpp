@@ -146,7 +146,7 @@ Estimate estimate(const JobConfig& cfg, const Calibration& calibration) {
 
   CostModel model(cfg, r.hardware);
   StageLayers layers = *stage_layers(cfg.model.layers, s.layout.pp, s.layout.virtual_stages);  // validate() checked the split
-  AxisLinks links = axis_links(*layout, r.cluster);
+  AxisLinks links = axis_links(*layout, r.cluster, cp_alltoall_group(cfg.parallel, layout->cp));
   Cost cost;
   model.memory(s, layers, &cost);
   model.time(s, layers, links, &cost);

@@ -27,6 +27,7 @@ const char* drop_key(Drop d) {
     case Drop::heads_tp: return "heads_tp";
     case Drop::tp_nvlink: return "tp_nvlink";
     case Drop::seq_cp: return "seq_cp";
+    case Drop::cp_alltoall: return "cp_alltoall";
     case Drop::batch_dp: return "batch_dp";
     case Drop::layers_pp: return "layers_pp";
     case Drop::microbatches: return "microbatches";

@@ -21,6 +21,8 @@ const char* drop_reason(Drop d) {
     case Drop::heads_tp: return "tp does not divide heads, kv_heads, ffn_hidden or vocab";
     case Drop::tp_nvlink: return "tp does not fit the NVLink domain or node";
     case Drop::seq_cp: return "seq_len not divisible by 2·cp";
+    case Drop::cp_alltoall:
+      return "all-to-all CP (parallel.cp_comm) over a group that does not divide cp, or the heads or kv heads per tp rank";
     case Drop::batch_dp: return "global batch not divisible by dp";
     case Drop::layers_pp: return "layers cannot be split over pp·virtual_stages";
     case Drop::microbatches: return "too few micro-batches for the pipeline (< pp, or not a multiple of pp when interleaved)";
@@ -142,6 +144,8 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
     if (!tp_fits(tp, cluster)) { drop_mesh(Drop::tp_nvlink); continue; }
     for (int cp : divisors(world / tp)) {
       if (cp > 1 && t.seq_len % (2 * cp)) { drop_mesh(Drop::seq_cp); continue; }
+      // meshrun-train's rule cp-alltoall: the all-to-all group divides cp and the rank's heads and kv heads.
+      if (cp > 1 && !cp_alltoall_fits(cfg.parallel, cp, m.heads / tp, m.kv_heads / tp)) { drop_mesh(Drop::cp_alltoall); continue; }
       const bool sp = tp > 1 && (t.seq_len / cp) % tp == 0;
       for (int pp : divisors(world / tp / cp)) {
         const int dp = world / tp / cp / pp;
@@ -175,7 +179,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
           Layout layout = *base;
           layout.tp = tp, layout.cp = cp, layout.pp = pp, layout.dp = dp, layout.ep = ep;
           layout.sequence_parallel = sp;
-          const AxisLinks links = axis_links(layout, cluster);
+          const AxisLinks links = axis_links(layout, cluster, cp_alltoall_group(cfg.parallel, cp));
           // Every fitting setting of this shape, costed without its simulated pipeline idle; with that idle's
           // lower bound (no simulation) this bounds its step from below. Simulations wait for the second pass.
           Shape shape{layout, links, {}};

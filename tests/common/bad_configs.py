@@ -23,6 +23,8 @@ TABLE = [
      'model.router_aux = "hf" pools the router statistics over all layers, which meshrun-train does not pass between pipeline stages: use parallel.pp = 1 or model.router_aux = "meshrun"'),
     ("recompute-experts", "tiny-moe.toml", {"training": {"recompute": '"full"'}},
      'training.recompute = "full" with model.experts: meshrun-train does not rerun an expert layer\'s routing and dispatch in the backward; use "selective" (norm outputs and the SwiGLU outputs, the experts\' too) or "none"'),
+    ("cp-alltoall", "tiny.toml", {"parallel": {"cp": "2", "cp_comm": '"alltoall"'}},
+     'parallel.cp_comm = "alltoall" scatters each rank\'s attention heads over 2 CP ranks, but its heads (model.heads/tp = 2) and kv heads (model.kv_heads/tp = 1) are not both divisible by 2: use "ring" or "allgather", a smaller all-to-all group, or a smaller tp'),
     ("kv-heads-tp", "tiny.toml", {"model": {"kv_heads": "1"}},
      "model.kv_heads=1 is not divisible by tp=2; each TP rank needs whole KV heads (GQA): use tp in {1}"),
     ("layers-pp", "tiny.toml", {"model": {"layers": "5"}, "parallel": {"tp": "1", "pp": "2"}},

@@ -9,7 +9,7 @@
 #            an asynchronous NCCL error (injected into the fake) ends the job with one line
 #   pp2cp2   templates/tiny.toml as pp2 x cp2 (1F1B, ring attention); a peer stopped with SIGSTOP ends the job
 #   moe      templates/tiny-moe.toml as dp4 with ep2 (the all-to-all as grouped send/receive)
-#   axes     the rest: tp2 + SP, cp2 all-gather, pp2 zb, pp2 interleaved, pp4 gpipe, dp4 ZeRO-2, MoE tp2 x ep2
+#   axes     the rest: tp2 + SP, cp2 all-gather, cp4 all-to-all + ring (groups of 2), pp2 zb, pp2 interleaved, pp4 gpipe, dp4 ZeRO-2, MoE tp2 x ep2
 # usage: train_nccl.sh MODE MESHRUN_TRAIN TINY_TEMPLATE TINY_MOE_TEMPLATE MPIRUN
 set -u
 MODE=$1 TRAIN=$2 TINY=$3 MOE=$4 MPIRUN=$5
@@ -109,6 +109,7 @@ PY
   axes)   # the rest of the axes, 4 steps each: SP, CP all-gather, the other pipeline schedules, ZeRO-2, EP with TP
     run_pair tp2-sp "$TINY" --set parallel.tp=2 --set parallel.sequence_parallel=true
     run_pair cp2-allgather "$TINY" --set parallel.cp=2 --set parallel.cp_comm=allgather
+    run_pair cp4-alltoall-ring "$TINY" --set parallel.cp=4 --set parallel.cp_comm=alltoall+ring --set parallel.cp_alltoall=2
     run_pair pp2-zb "$TINY" --set parallel.pp=2 --set parallel.pipeline_schedule=zb
     run_pair pp2-interleaved "$TINY" --set parallel.pp=2 --set parallel.pipeline_schedule=interleaved --set parallel.virtual_stages=2
     run_pair pp4-gpipe "$TINY" --set parallel.pp=4 --set parallel.pipeline_schedule=gpipe

@@ -37,6 +37,8 @@ same megatron "tiny-moe tp2 cp2 ep2 pp2 dp2, tp-cp-ep-pp-dp" "$T/tiny-moe.toml" 
   --set parallel.ep=2 --set parallel.pp=2 --set parallel.order=tp-cp-ep-pp-dp --set training.seq_len=128 --set training.micro_batch_size=1
 same megatron "tiny-moe dp4 ep4" "$T/tiny-moe.toml"
 same megatron "llama3-405b, 16,384 GPUs" "$T/llama3-405b.toml"
+same megatron "tp1 cp4 alltoall+ring (groups of 2) pp2 dp2, 16 GPUs" "$T/tiny.toml" "${N2[@]}" --set parallel.tp=1 \
+  --set parallel.cp=4 --set parallel.pp=2 --set training.seq_len=256 --set parallel.cp_comm=alltoall+ring --set parallel.cp_alltoall=2
 same torchtitan "tiny tp2 dp2 DDP" "$T/tiny.toml" --set parallel.zero_stage=0
 same torchtitan "tp2 cp2 pp2 dp2 FSDP" "$T/tiny.toml" "${N2[@]}" --set parallel.cp=2 --set parallel.pp=2 --set training.seq_len=256 \
   --set parallel.zero_stage=3
@@ -73,6 +75,24 @@ refused "torchtitan, EP with TP" "takes EP ranks from TP first" "$T/mixtral-8x7b
 refused "torchtitan, pp-before-dp order" "torchtitan's device mesh is (pp, dp_replicate, dp_shard, cp, tp)" "$T/llama3-405b.toml" --for torchtitan
 refused "an unknown framework" "--for deepspeed: unknown framework; use megatron or torchtitan" "$T/tiny.toml" --for deepspeed
 refused "--for with --format" "--for prints the framework's flags alone" "$T/tiny.toml" --for megatron --format json
+
+# Context parallelism's cp_comm as Megatron-Core's cp_comm_type: p2p, all_gather, a2a, a2a+p2p with
+# --hierarchical-context-parallel-sizes (a2a group first: Megatron's level-1 groups are consecutive CP ranks,
+# parallel_state.create_hierarchical_groups, as meshrun's all-to-all groups).
+cpflags() { "$M" plan "$T/tiny.toml" --set parallel.tp=1 --set parallel.zero_stage=0 --set training.seq_len=256 "$@" --for megatron; }
+for pair in "ring:--cp-comm-type p2p" "allgather:--cp-comm-type all_gather" "alltoall:--cp-comm-type a2a"; do
+  mode=${pair%%:*} want=${pair#*:}
+  out=$(cpflags --set parallel.cp=2 --set parallel.cp_comm="$mode")
+  [[ " $out " == *" $want "* && $out != *hierarchical* ]] && pass "megatron cp2 $mode: $want" || bad "megatron cp2 $mode: '$out'"
+done
+out=$(cpflags --set parallel.cp=4 --set parallel.cp_comm=alltoall+ring --set parallel.cp_alltoall=2)
+[[ " $out " == *" --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2 "* ]] &&
+  pass "megatron cp4 alltoall+ring groups of 2: a2a+p2p, hierarchical sizes 2 2" || bad "megatron cp4 alltoall+ring: '$out'"
+refused "megatron, alltoall+ring with cp_alltoall not dividing cp" "set cp_alltoall to a divisor of cp from 2 to cp/2" \
+  "$T/tiny.toml" --set parallel.tp=1 --set parallel.cp=4 --set training.seq_len=256 --set parallel.cp_comm=alltoall+ring \
+  --set parallel.cp_alltoall=3 --for megatron
+refused "torchtitan, all-to-all CP" "torchtitan's context parallelism is ring attention" "$T/tiny.toml" --set parallel.zero_stage=0 \
+  --set parallel.cp=2 --set training.seq_len=256 --set parallel.cp_comm=alltoall --for torchtitan
 
 # Without a template: the layout's flags only (the command's own batch flags stay).
 out=$("$M" plan --nodes 1 --gpus-per-node 8 --mesh-tp 4 --for megatron)

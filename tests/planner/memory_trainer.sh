@@ -1,7 +1,8 @@
 #!/bin/bash
 # The planner's activation and workspace estimate against what meshrun-train allocates (issue 30, item 5):
 # tiny and a mid-sized model (templates/tiny.toml re-shaped by --set) on 2 ranks in four layouts — tp2,
-# pp2 (1F1B), cp2, dp2 with ZeRO-3 — one step each; tp2 and pp2 again under selective and full recomputation. meshrun-train prints rank 0's "activations X MiB"
+# pp2 (1F1B), cp2, dp2 with ZeRO-3 — one step each; tp2 and pp2 again under selective and full recomputation;
+# all-to-all CP (cp2 alltoall, cp4 alltoall+ring). meshrun-train prints rank 0's "activations X MiB"
 # (saved activations, backward buffers, layer workspace, CP buffers); `meshrun plan --estimate --format json`
 # gives activations + logits + workspace of the first stage (rank 0's). Each pair must agree within 5%.
 # Also tiny in bf16 (CPU mixed precision) and tiny-moe with ep2 (below).
@@ -44,7 +45,7 @@ print("stage=" + m["stage"] if m["stage"] != "first" else "%.4f" % ((m["activati
 }
 # train_mib ARGS...: rank 0's "activations X MiB" after the first step.
 train_mib() {
-  "${MPI[@]}" -np 2 "$TRAIN" "$T" --set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin" --no-metrics "$@" \
+  "${MPI[@]}" -np "${NP:-2}" "$TRAIN" "$T" --set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin" --no-metrics "$@" \
     >"$DIR/train.log" 2>&1 || { tail -5 "$DIR/train.log" | sed 's/^/     | /' >&2; return 1; }
   sed -n 's/.*; activations \([0-9.]*\) MiB;.*/\1/p' "$DIR/train.log" | head -1
 }
@@ -89,6 +90,14 @@ for model in tiny mid; do
       compare "$model $name recompute $mode" "${args[@]}"
     done
   done
+done
+# All-to-all context parallelism (parallel.cp_comm): its head-sharded scratch, alltoall at cp 2 and
+# alltoall+ring at cp 4 in groups of 2 (4 ranks).
+for model in tiny mid; do
+  shape=(); [[ $model == mid ]] && shape=("${mid[@]}")
+  compare "$model cp2 alltoall" "${common[@]}" "${shape[@]}" --set parallel.cp=2 --set parallel.cp_comm=alltoall
+  NP=4 compare "$model cp4 alltoall+ring" "${common[@]}" "${shape[@]}" --set cluster.gpus_per_node=4 --set parallel.cp=4 \
+    --set parallel.cp_comm=alltoall+ring --set parallel.cp_alltoall=2
 done
 # bench/trainer-mid.toml as the benchmark runs it (8 layers, hidden 512, sequence 256, one micro-batch of 4),
 # at tp 2, in each mode.

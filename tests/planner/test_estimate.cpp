@@ -144,6 +144,40 @@ TEST_CASE("CP ring variant: K/V hops hide behind a block's attention, dK/dV hops
   CHECK(sr.time.cp_comm / sr.micro_batches > 8 * 16 * short_hop * 1.01);
 }
 
+TEST_CASE("all-to-all CP: the head exchange is exposed, inside its group's link", "[planner][estimate][cp]") {
+  // 405B at 128K as multi-head attention (128 kv heads: 16 per TP rank, so all-to-all over 16 CP ranks).
+  JobConfig job = testing::llama3_405b_job(16384, 8, 16, 16, 131072, 128);
+  job.model.kv_heads = 128;
+  job.parallel.cp_comm = "alltoall";
+  const Estimate a2a = estimate(job);
+  CHECK(a2a.links.cp_group == meshrun::Link::network);  // tp 8 fills a node: every CP rank on its own
+  // Per layer and micro-batch: forward q, k, v there and out back (+ the log-sum-exp), backward q, k, v,
+  // out, dout (+ lse) there and dq, dk, dv back; 15/16 of each leaves the rank, 5 + 9 all-to-all latencies;
+  // no ring hops. 8 layers on the slowest rank; selective recomputation reruns nothing of it.
+  const double rows = 131072.0 / 16, q = rows * 128 * 128 / 8 * 2, kv = q, lse = rows * 128 / 8 * 4;
+  const double share = 15.0 / 16 / (50e9 * 0.8), lat = 8.4e-6 + 9.6e-6;
+  const double per_layer = (2 * q + 2 * kv + lse) * share + 5 * lat + (4 * q + 4 * kv + lse) * share + 9 * lat;
+  CHECK(a2a.time.cp_comm / a2a.micro_batches == Approx(8 * per_layer).epsilon(1e-6));
+  // alltoall+ring with groups of 8 on tp 1: the all-to-all stays inside a node (NVLink), the ring of 2
+  // groups crosses the network; cheaper than the all-to-all over all 16 network ranks (2,048 GPUs: dp 8).
+  job.cluster = testing::dgx("dgx-h100", 2048);
+  job.parallel.tp = 1;
+  job.parallel.sequence_parallel = false;
+  const Estimate flat = estimate(job);
+  job.parallel.cp_comm = "alltoall+ring";
+  job.parallel.cp_alltoall = 8;
+  const Estimate hybrid = estimate(job);
+  CHECK(flat.links.cp_group == meshrun::Link::network);
+  CHECK(hybrid.links.cp_group == meshrun::Link::nvlink);
+  CHECK(hybrid.links.cp == meshrun::Link::network);
+  CHECK(hybrid.time.cp_comm > 0);
+  CHECK(hybrid.time.cp_comm < flat.time.cp_comm);
+  // At cp 1 every cp_comm is moot: no CP time at all.
+  job.parallel.cp = 1;
+  job.training.global_batch_size = 2048;  // dp 128: 16 micro-batches for the 16 stages
+  CHECK(estimate(job).time.cp_comm == 0);
+}
+
 TEST_CASE("CP and ring latency: the backward re-gathers K/V, latency grows with the ring", "[planner][estimate][cp]") {
   // Order tp-cp-pp-dp with tp = 8 on 8-GPU nodes: every CP and dp·cp member is on its own node.
   JobConfig job = testing::llama3_405b_job(16384, 8, 16, 16, 131072, 128);

@@ -68,7 +68,7 @@ namespace {
 
 // Fault injection for the negative tests (test-only decorator over a real communicator).
 enum class Fault { none, skip_tp_all_reduce, rotate_dp_all_gather, stage_skips_layer, contiguous_cp_split, ring_drops_block,
-                   moe_drop_token, moe_wrong_rank };
+                   moe_drop_token, moe_wrong_rank, rotate_cp_all_to_all };
 
 class FaultyComm final : public ForwardingComm {
  public:
@@ -84,6 +84,17 @@ class FaultyComm final : public ForwardingComm {
     const std::size_t bytes = static_cast<std::size_t>(s.bytes());
     char* p = static_cast<char*>(r.p);
     std::rotate(p, p + bytes, p + bytes * size());
+  }
+  // Every CP all-to-all delivers what rank s sent to where rank s+1's block belongs (equal blocks: context
+  // parallelism's head exchange).
+  void all_to_all(Buf s, const std::int64_t* sc, Buf r, const std::int64_t* rc) override {
+    inner().all_to_all(s, sc, r, rc);
+    if (f_ != Fault::rotate_cp_all_to_all) return;
+    std::int64_t total = 0, block = 0;
+    for (int i = 0; i < size(); ++i) total += rc[i], block = std::max(block, rc[i]);
+    char* p = static_cast<char*>(r.p);
+    const std::size_t e = static_cast<std::size_t>(dtype_size(r.t));
+    std::rotate(p, p + static_cast<std::size_t>(block) * e, p + static_cast<std::size_t>(total) * e);
   }
   // The first K/V block a rank receives around the CP ring arrives as zeros (a dropped block).
   Request irecv(Buf b, int peer, int tag) override {
@@ -133,6 +144,7 @@ struct Case {
   std::string schedule = "1f1b";
   int cp = 1;
   std::string cp_comm = "ring";
+  int cp_alltoall = 0;  // alltoall+ring's group
   int ep = 1;
   bool skew_router = false;  // MoE: router weights zeroed at the start (all tokens tie: experts 0..k-1)
   int ranks() const { return tp * dp * pp * cp; }
@@ -147,6 +159,7 @@ struct Case {
       if (virtual_stages > 1) out += " V=" + std::to_string(virtual_stages);
     }
     if (cp > 1) out += " cp=" + std::to_string(cp) + " " + cp_comm;
+    if (cp_alltoall > 0) out += " groups of " + std::to_string(cp_alltoall);
     if (ep > 1) out += " ep=" + std::to_string(ep);
     if (skew_router) out += " skewed router";
     return out;
@@ -159,6 +172,7 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
   cfg.training.micro_batch_size = c.mbs;
   cfg.parallel.pipeline_schedule = c.schedule;
   cfg.parallel.cp_comm = c.cp_comm;
+  cfg.parallel.cp_alltoall = c.cp_alltoall;
   Layout layout;
   layout.cp = c.cp;
   layout.tp = c.tp;
@@ -182,7 +196,7 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
     auto& g = groups.by_kind[static_cast<int>(GroupKind::dp_cp)];
     g = std::make_unique<FaultyComm>(std::move(g), fault);
   }
-  if (fault == Fault::ring_drops_block) {
+  if (fault == Fault::ring_drops_block || fault == Fault::rotate_cp_all_to_all) {
     auto& g = groups.by_kind[static_cast<int>(GroupKind::cp)];
     g = std::make_unique<FaultyComm>(std::move(g), fault);
   }
@@ -392,6 +406,71 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return code;
   };
+  // One CP layout on 16-token sequences against the single process (rank 0 judges, within the CP bounds);
+  // with `balance`, also that every rank computed the same number of visible (query, key) pairs (the
+  // runtime's own counter), `note` appended to that line.
+  auto cp_case = [&](const JobConfig& jc, const Case& c, bool balance, const std::string& note) {
+    if (c.ranks() > world) {
+      if (rank == 0) std::printf("skip %s: needs %d ranks, have %d\n", c.str().c_str(), c.ranks(), world);
+      return;
+    }
+    const Run r = run_cfg(jc, c);
+    if (rank != 0) return;
+    rep.check(c.str() + " vs 1 process", compare(r, reference_of(jc, 1, c.fp64)), false, c.fp64 ? kFp64 : kFp32);
+    if (!balance) return;
+    const auto& pr = r.attention_pairs;
+    const bool equal = std::all_of(pr.begin(), pr.end(), [&](std::int64_t x) { return x == pr[0]; });
+    ++rep.checks;
+    if (!equal) ++rep.failures;
+    std::printf("%-4s %s: attention pairs per rank equal (%lld each)%s\n", equal ? "ok" : "FAIL", c.str().c_str(),
+                (long long)pr[0], note.c_str());
+  };
+  // All-to-all context parallelism, alone (`trainer_equivalence cp-alltoall`; the main run leaves it out):
+  // "alltoall" (Ulysses: each rank attends heads/cp of its heads over whole sequences, in the single
+  // process's own causal call) and "alltoall+ring" (all-to-all in groups of 2, a ring across the groups,
+  // chunk pair by chunk pair), against the single process on 16-token sequences within the CP bounds (fp32
+  // 1e-6, fp64 1e-12; the loss and the gradients still sum over the CP shards in another order). Small
+  // config: 8 heads, 4 kv heads, so alltoall runs at cp 2 and 4 (and at cp 2 with tp 2).
+  if (argc > 1 && std::string(argv[1]) == "cp-alltoall") {
+    JobConfig cfg16 = cfg;
+    cfg16.training.seq_len = 16;
+    struct A2aCase {
+      int cp, group, tp, dp, zero, pp;
+      bool sp;
+    };
+    const A2aCase cases[] = {{2, 0, 1, 1, 0, 1, false}, {4, 0, 1, 1, 0, 1, false}, {2, 0, 2, 1, 0, 1, true},
+                             {2, 0, 1, 2, 3, 1, false}, {2, 0, 1, 1, 0, 2, false}, {2, 0, 2, 2, 1, 1, true},
+                             {4, 2, 1, 1, 0, 1, false}, {4, 2, 1, 2, 1, 1, false}, {4, 2, 2, 1, 0, 1, true}};
+    for (const A2aCase& ac : cases)
+      for (int fp64 = 0; fp64 <= (strict ? 0 : 1); ++fp64) {
+        Case c{ac.tp, ac.dp, ac.zero, 1, ac.sp, fp64 == 1};
+        c.cp = ac.cp;
+        c.cp_comm = ac.group ? "alltoall+ring" : "alltoall";
+        c.cp_alltoall = ac.group;
+        c.pp = ac.pp;
+        cp_case(cfg16, c, ac.tp == 1 && ac.dp == 1 && ac.pp == 1 && !fp64, "");
+      }
+    // The heads' exchange must put every row back where it came from: a CP all-to-all that delivers each
+    // block one rank off, and a contiguous token split attended with zigzag positions, both fail.
+    if (world >= 4 && !strict) {
+      for (const char* mode : {"alltoall", "alltoall+ring"}) {
+        Case c{1, 1, 0, 1, false, false};
+        c.cp = std::string(mode) == "alltoall" ? 2 : 4;
+        c.cp_comm = mode;
+        c.cp_alltoall = std::string(mode) == "alltoall" ? 0 : 2;
+        const Run rotated = run_cfg(cfg16, c, Fault::rotate_cp_all_to_all);
+        const Run split = run_cfg(cfg16, c, Fault::contiguous_cp_split);
+        if (rank == 0) {
+          rep.check("NEGATIVE " + c.str() + ", all-to-all blocks one rank off", compare(rotated, reference_of(cfg16, 1, false)),
+                    false, kFp32, true);
+          rep.check("NEGATIVE " + c.str() + ", contiguous tokens with zigzag positions",
+                    compare(split, reference_of(cfg16, 1, false)), false, kFp32, true);
+        }
+      }
+    }
+    return finish();
+  }
+
   if (!only_blend) {
 
   // model.router_aux = "hf" (HF Mixtral's loss, statistics pooled over the layers of each micro-batch, a
@@ -612,24 +691,11 @@ int main(int argc, char** argv) {
         c.cp = cc.cp;
         c.cp_comm = mode;
         c.pp = cc.pp;
-        if (c.ranks() > world) {
-          if (rank == 0) std::printf("skip %s: needs %d ranks, have %d\n", c.str().c_str(), c.ranks(), world);
-          continue;
-        }
-        const Run r = run_cfg(cfg16, c);
-        if (rank != 0) continue;
-        rep.check(c.str() + " vs 1 process", compare(r, reference_of(cfg16, 1, fp64 == 1)), false, fp64 ? kFp64 : kFp32);
-        if (cc.tp == 1 && cc.dp == 1 && cc.pp == 1 && !fp64) {
-          // Zigzag balance, from the runtime's own counter of visible (query, key) pairs.
-          const auto& pr = r.attention_pairs;
-          const bool equal = std::all_of(pr.begin(), pr.end(), [&](std::int64_t x) { return x == pr[0]; });
-          const auto naive = causal_pairs_per_rank(16, cc.cp, false);
-          ++rep.checks;
-          if (!equal) ++rep.failures;
-          std::printf("%-4s cp=%d %s: attention pairs per rank equal with zigzag (%lld each); a contiguous split "
-                      "would give max/min = %.1f\n", equal ? "ok" : "FAIL", cc.cp, mode, (long long)pr[0],
+        const auto naive = causal_pairs_per_rank(16, cc.cp, false);
+        char note[96];
+        std::snprintf(note, sizeof note, " with zigzag; a contiguous split would give max/min = %.1f",
                       double(*std::max_element(naive.begin(), naive.end())) / double(*std::min_element(naive.begin(), naive.end())));
-        }
+        cp_case(cfg16, c, cc.tp == 1 && cc.dp == 1 && cc.pp == 1 && !fp64, note);
       }
   // Ring and all-gather: identical forward, so identical step-1 loss bits.
   if (world >= 4 && !strict) {

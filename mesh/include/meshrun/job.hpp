@@ -50,7 +50,9 @@ struct LayoutSpec {
   int zero_stage = 0;        // 0..3
   bool sequence_parallel = false;
   std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb
-  std::string cp_comm = "ring";            // context-parallel attention: ring | allgather (Llama 3's)
+  std::string cp_comm = "ring";            // context-parallel attention: ring | allgather (Llama 3's) | alltoall
+                                           // (Ulysses) | alltoall+ring (Megatron's a2a+p2p)
+  int cp_alltoall = 0;                     // alltoall+ring: CP ranks per all-to-all group (0 = unset)
 };
 
 struct ClusterSpec {

@@ -103,7 +103,13 @@ bool is_layout_rule(std::string_view name);
 // whatever the dry run accepts, the trainer runs. `meshrun plan --for megatron|torchtitan` leaves them out.
 // Check ids (is_trainer_rule): rope-head-dim, expert-width-tp, trainer-mlp, trainer-tied-embeddings, cp-comm,
 // pipeline-schedule, router-aux-pp (router_aux = "hf" pools over layers: pp = 1), recompute-experts (no full
-// recomputation of expert layers), data-source, data-blend, eval-valid.
+// recomputation of expert layers), cp-alltoall (cp_alltoall's group for alltoall+ring; heads and kv heads per
+// rank divisible by the all-to-all group), data-source, data-blend, eval-valid.
+// Context parallelism's all-to-all group (parallel.cp_comm): 1 for "ring" and "allgather", cp for
+// "alltoall", parallel.cp_alltoall for "alltoall+ring". cp_alltoall_fits: whether it divides cp (under
+// alltoall+ring from 2 to cp/2) and the rank's heads and kv heads (rule cp-alltoall; always at cp 1).
+int cp_alltoall_group(const LayoutSpec& spec, int cp);
+bool cp_alltoall_fits(const LayoutSpec& spec, int cp, int heads_per_tp, int kv_heads_per_tp);
 std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& layout,
                                       std::vector<std::string>* checks_run = nullptr);
 bool is_trainer_rule(std::string_view name);

@@ -63,6 +63,7 @@ struct TimeParts {
 // Link each axis's groups use (slowest link inside one group).
 struct AxisLinks {
   Link tp = Link::self, cp = Link::self, pp = Link::self;
+  Link cp_group = Link::self;  // all-to-all CP: inside one all-to-all group (parallel.cp_comm; = cp under "alltoall")
   Link dp = Link::self;   // the dp·cp gradient-reduction group (CP ranks share weights)
   Link ep = Link::self;
   Link edp = Link::self;  // ranks holding the same experts (expert gradient reduction)
@@ -120,6 +121,7 @@ enum class Drop {
   heads_tp,        // tp does not divide heads, kv_heads, ffn_hidden or vocab
   tp_nvlink,       // tp does not fit the NVLink domain / node
   seq_cp,          // seq_len not divisible by 2·cp
+  cp_alltoall,     // cp_comm's all-to-all group does not divide cp, or the heads or kv heads per tp rank
   batch_dp,        // global batch not divisible by dp
   layers_pp,       // layers cannot be split over pp · virtual stages
   microbatches,    // fewer micro-batches than pipeline stages, or not a multiple of pp when interleaved

@@ -139,7 +139,10 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
       read_pos_[i] = static_cast<std::int32_t>(coord_.cp * geometry_.tokens_per_cp_rank + i);
   // Context parallelism: the CP group, its ring neighbours from mesh, every CP rank's positions.
   cpctx_.cp = &groups_[GroupKind::cp];
-  cpctx_.mode = cfg.parallel.cp_comm == "allgather" ? CpComm::allgather : CpComm::ring;
+  const std::optional<CpComm> cp_mode = parse_cp_comm(cfg.parallel.cp_comm);
+  if (!cp_mode) throw std::logic_error("parallel.cp_comm = \"" + cfg.parallel.cp_comm + "\" reached the trainer (validate_trainer's cp-comm refuses it)");
+  cpctx_.mode = *cp_mode;
+  cpctx_.a2a = cp_alltoall_group(cfg.parallel, l.cp);
   const auto cp_peers = grid.ring_peers(rank, Axis::cp);
   cpctx_.prev = grid.index_in_group(cp_peers.prev, GroupKind::cp);
   cpctx_.next = grid.index_in_group(cp_peers.next, GroupKind::cp);

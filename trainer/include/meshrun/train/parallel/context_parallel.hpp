@@ -21,9 +21,22 @@
 //   allgather (cp_comm = "allgather", Llama 3's): K/V are all-gathered, the same pairs are computed in
 //        the same order (so the forward is bit-identical to the ring's), and in backward K/V are gathered
 //        again (not kept: saves (cp−1)/cp of the gathered K/V per layer) and dK/dV reduce-scattered.
+//   alltoall (cp_comm = "alltoall", DeepSpeed Ulysses, Megatron's a2a): q, k, v are all-to-all'ed from
+//        sequence-sharded [rows, heads] to head-sharded [whole sequence, heads/cp] (the rows put back in
+//        sequence order), each rank attends its heads over the whole sequence in one causal call per
+//        sequence (the single process's own call, so the same bits per head), and out, lse go back the
+//        same way. The backward sends q, k, v, out, lse, dout again (nothing head-sharded is kept) and
+//        returns dq, dk, dv. Needs the rank's heads and kv heads divisible by cp.
+//   alltoall+ring (Megatron's a2a+p2p): all-to-all inside groups of cp_alltoall consecutive CP ranks,
+//        then a ring across the cp/cp_alltoall groups: a group's "ring member" holds the chunks of its
+//        ranks (zigzag pairs, so still balanced), for heads/cp_alltoall heads, and the ring above runs
+//        among the ranks with the same place in their groups, chunk pair by chunk pair.
+// The ring and all-gather are one "level" with cp members of 2 chunks; alltoall is one member holding
+// every chunk; alltoall+ring has cp/cp_alltoall members of 2·cp_alltoall chunks each.
 // With cp = 1 this is the plain per-sequence causal attention.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,23 +45,36 @@
 
 namespace meshrun::train {
 
-enum class CpComm { ring, allgather };
+enum class CpComm { ring, allgather, alltoall, alltoall_ring };
+
+// parallel.cp_comm's spelling: "ring", "allgather", "alltoall", "alltoall+ring"; nullopt otherwise.
+std::optional<CpComm> parse_cp_comm(const std::string& s);
 
 struct ContextParallel {
   Comm* cp = nullptr;
   device::Backend* be = nullptr;
   CpComm mode = CpComm::ring;
-  int prev = 0, next = 0;                       // ring neighbours in the cp group (mesh's ring_peers)
+  int prev = 0, next = 0;                       // ring neighbours in the cp group (mesh's ring_peers; resize() sets
+                                                // them for alltoall_ring: the same place in the next/previous group)
+  int a2a = 1;                                  // all-to-all group size: 1, cp (alltoall) or cp_alltoall
   std::vector<std::vector<std::int32_t>> pos;   // [cp rank] global positions of its rows of one sequence
   std::int64_t seq = 0;                         // local rows per sequence (S / cp)
   std::int64_t mbs = 0, hq = 0, hkv = 0, dh = 0;
-  // Backend buffers (made by resize()): every CP rank's positions, and scratch.
+  // Made by resize(): per ring member its chunks (global chunk ids, C = S/2cp rows each, in row order)
+  // and the positions of its rows of one sequence; the all-to-all's row permutations and scratch.
+  std::vector<std::vector<int>> member_chunks;
   std::vector<device::DeviceBuffer> pos_buf;
   device::DeviceBuffer kv_send, kv_recv, kv_all, dkv_send, dkv_recv, dkv_all, part_out, part_lse;
-  // Visible (query, key) pairs this rank computed, summed over calls: the causal-attention work counter;
-  // and the seconds spent in attention (forward and backward, communication included).
-  std::int64_t pairs = 0;
+  device::DeviceBuffer pack, pack_inv, unpack, unpack_inv;          // int32 row indices (all-to-all)
+  device::DeviceBuffer a2a_send, a2a_recv, a2a_send_stat, a2a_recv_stat;
+  device::DeviceBuffer mq, mk, mv, mout, mlse, mdout, mdq, mdk, mdv;  // head-sharded, whole sequences
+  // Visible (query, key) pairs computed, weighted by the share of the rank's heads they were computed
+  // for (× heads computed / hq, summed as pair·heads: see visible_pairs()), over all calls: the
+  // causal-attention work counter; and the seconds spent in attention (forward and backward,
+  // communication included).
+  std::int64_t pair_heads = 0;
   double seconds = 0;
+  std::int64_t visible_pairs() const { return hq > 0 ? pair_heads / hq : 0; }
 
   int size() const { return cp ? cp->size() : 1; }
   int rank() const { return cp ? cp->rank() : 0; }

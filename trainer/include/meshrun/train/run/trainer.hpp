@@ -118,8 +118,9 @@ class Trainer {
   std::int64_t saved_activation_bytes() const;
   // Units this rank holds (its pipeline chunks').
   bool holds(int unit) const { return store_.holds(unit); }
-  // Visible causal (query, key) pairs this rank's attention computed so far (the CP load-balance counter).
-  std::int64_t attention_pairs() const { return cpctx_.pairs; }
+  // Visible causal (query, key) pairs this rank's attention computed so far, as a share of its heads (the CP
+  // load-balance counter).
+  std::int64_t attention_pairs() const { return cpctx_.visible_pairs(); }
   double attention_seconds() const { return cpctx_.seconds; }
   // Mixture of experts: this rank's routing statistics of the last step (assignments per layer·E + expert).
   const MoeStats& moe_stats() const { return moe_stats_; }
