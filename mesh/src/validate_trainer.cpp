@@ -134,6 +134,9 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
   if (cfg.training.eval_interval > 0 && d.valid.empty())
     p.push_back({"eval-valid", "training.eval_interval = " + s(cfg.training.eval_interval) +
                                    " needs validation data; set data.valid to a path or a blend (or eval_interval = 0)"});
+  else if (cfg.training.eval_interval == 0 && !d.valid.empty())
+    p.push_back({"eval-valid", "data.valid is set but training.eval_interval = 0, so it is never read; set "
+                               "training.eval_interval to the steps between evaluations, or remove data.valid"});
   return p;
 }
 

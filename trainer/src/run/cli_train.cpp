@@ -696,6 +696,29 @@ std::string cuda_refusal(const TrainingSpec& t) {
   return "";
 }
 
+// Keys that apply only to the other device, set to a value other than their default: one warning line each
+// (they are accepted, so one template serves both devices, but must not look honoured).
+std::vector<std::string> other_device_keys(const TrainingSpec& t) {
+  const TrainingSpec d;
+  std::vector<std::string> out;
+  auto q = [](const std::string& v) { return "\"" + v + "\""; };
+  if (t.device == "cpu") {
+    const std::pair<const char*, const std::string*> keys[] = {
+        {"param_dtype", &t.param_dtype}, {"grad_dtype", &t.grad_dtype}, {"optim_dtype", &t.optim_dtype}};
+    const std::string* defaults[] = {&d.param_dtype, &d.grad_dtype, &d.optim_dtype};
+    for (std::size_t i = 0; i < 3; ++i)
+      if (*keys[i].second != *defaults[i])
+        out.push_back(std::string("training.") + keys[i].first + " = " + q(*keys[i].second) +
+                      " applies to training.device = \"cuda\" (the types the CUDA backend stores); on the CPU every "
+                      "tensor is training.dtype = " + q(t.dtype) + ", so this run does not use it");
+  } else if (t.dtype != d.dtype) {
+    out.push_back("training.dtype = " + q(t.dtype) + " applies to training.device = \"cpu\"; on CUDA the stored types "
+                  "are training.param_dtype, grad_dtype, optim_dtype (" + t.param_dtype + ", " + t.grad_dtype + ", " +
+                  t.optim_dtype + "), so this run does not use it");
+  }
+  return out;
+}
+
 int run(int argc, char** argv, int rank, int world) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
@@ -766,6 +789,8 @@ int run(int argc, char** argv, int rank, int world) {
   }
   if (cfg.training.device == "cuda")
     if (const std::string why = cuda_refusal(cfg.training); !why.empty()) throw InputError(why);
+  if (rank == 0)
+    for (const std::string& line : other_device_keys(cfg.training)) std::printf("meshrun-train: warning: %s\n", line.c_str());
   try {
     (void)build_param_table(cfg.model, layout->tp, 0);
   } catch (const std::invalid_argument& e) {
