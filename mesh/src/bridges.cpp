@@ -3,6 +3,9 @@
 // frameworks' sources and compares the result with meshrun's map.
 #include "meshrun/bridges.hpp"
 
+#include <cmath>
+#include <sstream>
+
 namespace meshrun {
 
 namespace {
@@ -13,6 +16,40 @@ void add(std::vector<std::string>& v, const std::string& flag, long long value) 
 }
 
 FrameworkFlags refuse(std::string why) { return {{}, std::move(why)}; }
+
+std::string number(double v) {
+  // Whole numbers as integers (Megatron parses --rotary-base as an int: 1000000, not 1e+06), else 1e-05.
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+// The model's shape as Megatron-LM's GPT flags (megatron/training/arguments.py), with a template: a Llama-style
+// decoder has rotary positions, RMSNorm, no linear biases and (unless tied) its own output layer; GQA names
+// its query groups; the MLP is SwiGLU (Megatron's default is GeLU, so "gelu" adds nothing); experts name
+// their count, top-k and width. The vocabulary comes from the framework's tokenizer (Megatron pads it to
+// --make-vocab-size-divisible-by × tp), so no vocab flag is written.
+void megatron_model(std::vector<std::string>& f, const ModelSpec& m, long long seq_len) {
+  add(f, "--num-layers", m.layers);
+  add(f, "--hidden-size", m.hidden);
+  add(f, "--ffn-hidden-size", m.ffn_hidden);
+  add(f, "--num-attention-heads", m.heads);
+  if (m.kv_heads != m.heads) {
+    f.push_back("--group-query-attention");
+    add(f, "--num-query-groups", m.kv_heads);
+  }
+  add(f, "--max-position-embeddings", seq_len);
+  f.insert(f.end(), {"--position-embedding-type", "rope", "--rotary-base", number(m.rope_theta), "--normalization",
+                     "RMSNorm", "--norm-epsilon", number(m.norm_eps), "--disable-bias-linear"});
+  if (m.mlp == "swiglu") f.push_back("--swiglu");
+  if (!m.tied_embeddings) f.push_back("--untie-embeddings-and-output-weights");
+  if (m.experts > 0) {
+    add(f, "--num-experts", m.experts);
+    add(f, "--moe-router-topk", m.top_k);
+    add(f, "--moe-ffn-hidden-size", m.expert_ffn());
+  }
+}
 
 // Megatron-Core's RankGenerator orders (megatron/training/initialize.py: order='tp-cp-ep-dp-pp', or
 // 'tp-cp-ep-pp-dp' with --use-tp-pp-dp-mapping); its expert grid uses the same order with cp = 1.
@@ -72,6 +109,7 @@ FrameworkFlags megatron(const JobConfig& cfg, const Layout& l, const BatchGeomet
     add(f, "--micro-batch-size", g->micro_batch_size);
     add(f, "--global-batch-size", g->global_batch);
     add(f, "--seq-length", g->seq_len);
+    megatron_model(f, cfg.model, g->seq_len);
   }
   return out;
 }

@@ -94,6 +94,18 @@ refused "megatron, alltoall+ring with cp_alltoall not dividing cp" "set cp_allto
 refused "torchtitan, all-to-all CP" "torchtitan's context parallelism is ring attention" "$T/tiny.toml" --set parallel.zero_stage=0 \
   --set parallel.cp=2 --set training.seq_len=256 --set parallel.cp_comm=alltoall --for torchtitan
 
+# With a template, the model's shape as Megatron's GPT flags (templates/mixtral-8x7b.toml's [model]).
+out=$("$M" plan "$T/mixtral-8x7b.toml" --for megatron)
+missing=""
+for want in "--num-layers 32" "--hidden-size 4096" "--ffn-hidden-size 14336" "--num-attention-heads 32" \
+            "--group-query-attention --num-query-groups 8" "--max-position-embeddings 4096" "--position-embedding-type rope" \
+            "--rotary-base 1000000" "--normalization RMSNorm" "--norm-epsilon 1e-05" "--disable-bias-linear" "--swiglu" \
+            "--untie-embeddings-and-output-weights" "--num-experts 8" "--moe-router-topk 2" "--moe-ffn-hidden-size 14336"; do
+  [[ " $out " == *" $want "* ]] || missing+=" [$want]"
+done
+[[ -z $missing ]] && pass "megatron model flags from the template: $(echo "$out" | grep -o -- '--num-layers.*')" ||
+  bad "megatron model flags missing:$missing in '$out'"
+
 # Without a template: the layout's flags only (the command's own batch flags stay).
 out=$("$M" plan --nodes 1 --gpus-per-node 8 --mesh-tp 4 --for megatron)
 [[ $out == "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 1 --context-parallel-size 1" ]] &&
