@@ -110,6 +110,21 @@ FrameworkFlags megatron(const JobConfig& cfg, const Layout& l, const BatchGeomet
     add(f, "--global-batch-size", g->global_batch);
     add(f, "--seq-length", g->seq_len);
     megatron_model(f, cfg.model, g->seq_len);
+    // training.recompute as Megatron-Core's recompute_granularity / recompute_modules (TransformerConfig):
+    // full = every layer's forward rerun from its input (uniform, one layer per unit); selective = the two
+    // norm outputs and the MLP activation's output, which is "layernorm" + "moe_act" for expert layers
+    // (output-discarding checkpointing of exactly those). A dense MLP's activation alone is no Megatron
+    // module ("mlp" recomputes the whole MLP, "core_attn" the attention core): refused.
+    const std::string& rc = cfg.training.recompute;
+    if (rc == "full")
+      f.insert(f.end(), {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"});
+    if (rc == "selective" && cfg.model.experts == 0)
+      return refuse("training.recompute = \"selective\" recomputes the two norm outputs and the SwiGLU output; Megatron-LM "
+                    "recomputes a dense MLP only whole (--recompute-modules mlp) or the attention core (core_attn), so it "
+                    "has no equivalent: set training.recompute = \"full\" (--recompute-granularity full) or \"none\" and "
+                    "give Megatron's own --recompute-* flags");
+    if (rc == "selective")
+      f.insert(f.end(), {"--recompute-granularity", "selective", "--recompute-modules", "layernorm", "moe_act"});
   }
   return out;
 }
@@ -175,6 +190,16 @@ FrameworkFlags torchtitan(const JobConfig& cfg, const Layout& l, const BatchGeom
     }
   }
   if (g) {
+    // training.recompute as torchtitan's activation_checkpoint.mode: full wraps every transformer block (its
+    // forward rerun from the block's input), none is said out loud (torchtitan's own default has been
+    // "selective"); its selective is op- or layer-level, not meshrun's norm and activation outputs: refused.
+    const std::string& rc = cfg.training.recompute;
+    if (rc == "selective")
+      return refuse("training.recompute = \"selective\" recomputes the two norm outputs and the SwiGLU output; "
+                    "torchtitan's selective activation checkpointing is per operator or per N layers, so it has no "
+                    "equivalent: set training.recompute = \"full\" (--activation_checkpoint.mode full) or \"none\"");
+    f.push_back("--activation_checkpoint.mode");
+    f.push_back(rc == "full" ? "full" : "none");
     add(f, "--training.num_tokens_per_microbatch_per_dp_rank", g->micro_batch_size * g->seq_len);
     add(f, "--training.num_tokens_per_train_step", g->global_batch * g->seq_len);
     add(f, "--training.max_context_length", g->seq_len);
@@ -197,12 +222,19 @@ FrameworkFlags framework_flags(Framework f, const JobConfig& cfg, const Layout& 
 }
 
 std::string merge_with_command(const std::vector<std::string>& command, std::vector<std::string>* flags) {
-  // A flag word is "--name" (value next) or "--name=value"; booleans carry no value.
+  // A flag word is "--name" with its values next (the words up to the next "--": one for most flags, two
+  // for --hierarchical-context-parallel-sizes and --recompute-modules here, none for a boolean) or
+  // "--name=value".
+  auto values_after = [](const std::vector<std::string>& words, std::size_t i) {
+    std::string v;
+    for (std::size_t j = i + 1; j < words.size() && words[j].rfind("--", 0) != 0; ++j) v += (v.empty() ? "" : " ") + words[j];
+    return v;
+  };
   auto given = [&](const std::string& name, std::string* value) {
     for (std::size_t i = 0; i < command.size(); ++i) {
       const std::string& w = command[i];
       if (w == name) {
-        *value = i + 1 < command.size() && command[i + 1].rfind("--", 0) != 0 ? command[i + 1] : "";
+        *value = values_after(command, i);
         return true;
       }
       if (w.size() > name.size() && w.compare(0, name.size(), name) == 0 && w[name.size()] == '=') {
@@ -215,18 +247,18 @@ std::string merge_with_command(const std::vector<std::string>& command, std::vec
   std::vector<std::string> kept;
   for (std::size_t i = 0; i < flags->size();) {
     const std::string& name = (*flags)[i];
-    const bool has_value = i + 1 < flags->size() && (*flags)[i + 1].rfind("--", 0) != 0;
-    const std::string mine = has_value ? (*flags)[i + 1] : "";
+    std::size_t next = i + 1;
+    while (next < flags->size() && (*flags)[next].rfind("--", 0) != 0) ++next;
+    const std::string mine = values_after(*flags, i);
     std::string theirs;
     if (given(name, &theirs)) {
       if (theirs != mine)
         return "the command already gives " + name + (theirs.empty() ? "" : " " + theirs) + " but the layout needs " + name +
                (mine.empty() ? "" : " " + mine) + ": remove it from the command (the framework would silently take the last one)";
     } else {
-      kept.push_back(name);
-      if (has_value) kept.push_back(mine);
+      kept.insert(kept.end(), flags->begin() + static_cast<std::ptrdiff_t>(i), flags->begin() + static_cast<std::ptrdiff_t>(next));
     }
-    i += has_value ? 2 : 1;
+    i = next;
   }
   *flags = std::move(kept);
   return "";

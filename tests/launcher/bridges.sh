@@ -36,7 +36,7 @@ same megatron "mixtral tp2 pp4 ep4 dp8" "$T/mixtral-8x7b.toml"
 same megatron "tiny-moe tp2 cp2 ep2 pp2 dp2, tp-cp-ep-pp-dp" "$T/tiny-moe.toml" "${N2[@]}" --set parallel.tp=2 --set parallel.cp=2 \
   --set parallel.ep=2 --set parallel.pp=2 --set parallel.order=tp-cp-ep-pp-dp --set training.seq_len=128 --set training.micro_batch_size=1
 same megatron "tiny-moe dp4 ep4" "$T/tiny-moe.toml"
-same megatron "llama3-405b, 16,384 GPUs" "$T/llama3-405b.toml"
+same megatron "llama3-405b, 16,384 GPUs (recompute full)" "$T/llama3-405b.toml" --set training.recompute=full
 same megatron "tp1 cp4 alltoall+ring (groups of 2) pp2 dp2, 16 GPUs" "$T/tiny.toml" "${N2[@]}" --set parallel.tp=1 \
   --set parallel.cp=4 --set parallel.pp=2 --set training.seq_len=256 --set parallel.cp_comm=alltoall+ring --set parallel.cp_alltoall=2
 same torchtitan "tiny tp2 dp2 DDP" "$T/tiny.toml" --set parallel.zero_stage=0
@@ -106,6 +106,26 @@ done
 [[ -z $missing ]] && pass "megatron model flags from the template: $(echo "$out" | grep -o -- '--num-layers.*')" ||
   bad "megatron model flags missing:$missing in '$out'"
 
+# training.recompute: Megatron's --recompute-granularity (full: uniform, 1 layer; selective of expert layers:
+# --recompute-modules layernorm moe_act); dense selective has no Megatron or torchtitan equivalent: refused.
+out=$("$M" plan "$T/tiny.toml" --set training.recompute=full --for megatron)
+[[ " $out " == *" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "* ]] &&
+  pass "megatron recompute full: --recompute-granularity full --recompute-method uniform --recompute-num-layers 1" ||
+  bad "megatron recompute full: '$out'"
+out=$("$M" plan "$T/mixtral-8x7b.toml" --for megatron)
+[[ " $out " == *" --recompute-granularity selective --recompute-modules layernorm moe_act "* ]] &&
+  pass "megatron recompute selective, experts: --recompute-modules layernorm moe_act" || bad "megatron selective experts: '$out'"
+out=$("$M" plan "$T/tiny.toml" --for megatron)
+[[ $out != *recompute* ]] && pass "megatron recompute none: no recompute flag" || bad "megatron none: '$out'"
+refused "megatron, dense selective recomputation" "Megatron-LM recomputes a dense MLP only whole" "$T/llama3-8b.toml" --for megatron
+refused "torchtitan, selective recomputation" "torchtitan's selective activation checkpointing is per operator" \
+  "$T/tiny.toml" --set parallel.zero_stage=0 --set training.recompute=selective --for torchtitan
+for mode in none full; do
+  out=$("$M" plan "$T/tiny.toml" --set parallel.zero_stage=0 --set training.recompute=$mode --for torchtitan)
+  [[ " $out " == *" --activation_checkpoint.mode $mode "* ]] && pass "torchtitan recompute $mode: --activation_checkpoint.mode $mode" ||
+    bad "torchtitan recompute $mode: '$out'"
+done
+
 # Without a template: the layout's flags only (the command's own batch flags stay).
 out=$("$M" plan --nodes 1 --gpus-per-node 8 --mesh-tp 4 --for megatron)
 [[ $out == "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 1 --context-parallel-size 1" ]] &&
@@ -122,4 +142,13 @@ out=$("$M" exec --template "$T/tiny.toml" --rank 0 --world-size 4 --no-bind --fo
   >"$DIR/out" 2>"$DIR/err"; rc=$?
 [[ $rc -eq 2 && ! -s $DIR/out ]] && grep -q "the command already gives --tensor-model-parallel-size 4 but the layout needs --tensor-model-parallel-size 2" "$DIR/err" &&
   pass "a command that sets another tensor-parallel size is refused: $(cat "$DIR/err")" || bad "clash: exit $rc: $(cat "$DIR/err" "$DIR/out")"
+# Flags with two values (--recompute-modules layernorm moe_act): compared and kept whole.
+X=("$M" exec --template "$T/tiny-moe.toml" --set training.recompute=selective --rank 0 --world-size 4 --no-bind --for megatron --)
+out=$("${X[@]}" /bin/echo train.py --recompute-modules layernorm moe_act 2>/dev/null)
+[[ $out == "train.py --recompute-modules layernorm moe_act "* && $(grep -o -- "--recompute-modules" <<<"$out" | wc -l) -eq 1 &&
+   " $out " == *" --recompute-granularity selective "* ]] &&
+  pass "a two-value flag given with the same values is not repeated" || bad "two values, same: '$out'"
+"${X[@]}" /bin/echo train.py --recompute-modules layernorm >"$DIR/out" 2>"$DIR/err"; rc=$?
+[[ $rc -eq 2 ]] && grep -q "already gives --recompute-modules layernorm but the layout needs --recompute-modules layernorm moe_act" "$DIR/err" &&
+  pass "a two-value flag given with other values is refused: $(cat "$DIR/err")" || bad "two values, other: exit $rc: $(cat "$DIR/err" "$DIR/out")"
 exit $fail
