@@ -152,8 +152,12 @@ expect 2 "applies to the directory form" "--max-shard-size with OUT.safetensors 
 # equality is trainer_generate's (test_generate.cpp).
 S=("$CKPT" sample "$DIR/tiny-ck" --prompt "The license ")
 expect 0 "ids:" "sample --temperature 0 --ids" -- "${S[@]}" --max-new-tokens 20 --temperature 0 --ids
+grep -q "warning" "$DIR/out" && bad "sample within the trained 64 positions warns: $(grep warning "$DIR/out")" ||
+  pass "sample within the trained 64 positions (12 + 20) does not warn"
 [[ $(grep '^ids:' "$DIR/out" | wc -w) -eq 21 ]] && pass "20 new token ids printed" || bad "ids line: $(grep '^ids:' "$DIR/out")"
 grep -q '^The license ' "$DIR/out" && pass "the output starts with the prompt" || bad "no prompt echoed"
+expect 0 "warning: the prompt (12 tokens) and --max-new-tokens 60 reach 72 positions, past the 64 the model was trained on (training.seq_len)" \
+  "sample past the trained sequence length warns once" -- "${S[@]}" --max-new-tokens 60 --temperature 0
 "${S[@]}" --max-new-tokens 30 --temperature 1 --seed 4 --ids >"$DIR/s4a" 2>/dev/null
 "${S[@]}" --max-new-tokens 30 --temperature 1 --seed 4 --ids >"$DIR/s4b" 2>/dev/null
 "${S[@]}" --max-new-tokens 30 --temperature 1 --seed 5 --ids >"$DIR/s5" 2>/dev/null

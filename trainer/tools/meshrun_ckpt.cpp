@@ -203,7 +203,8 @@ int sample_command(int argc, char** argv) {
   // config.json describes, loaded as checkpoint.load loads it, with the directory's tokenizer files by default.
   const bool hf_dir = is_hf_model_dir(argv[2]);
   const std::string path = hf_dir ? std::string(argv[2]) : resolve(argv[2]);
-  const meshrun::ModelSpec model = hf_dir ? hf_dir_model(path) : checkpoint_model(path);
+  int trained_positions = 0;  // the run's training.seq_len, or config.json's max_position_embeddings
+  const meshrun::ModelSpec model = hf_dir ? hf_dir_model(path, &trained_positions) : checkpoint_model(path, &trained_positions);
   if (tokenizer.empty() && hf_dir) {
     if (dir_has_tokenizer(path)) tokenizer = path;
   } else if (tokenizer.empty()) {  // the run's own (data.tokenizer), which its token ids mean
@@ -241,6 +242,13 @@ int sample_command(int argc, char** argv) {
     return std::vector<float>(v.begin(), v.end());
   };
   Generator gen(model, static_cast<std::int64_t>(ids.size()) + o.max_new_tokens, weights, std::move(backend));
+  // After the weights loaded: a refused directory says only why.
+  const long long reach = static_cast<long long>(ids.size()) + o.max_new_tokens;
+  if (trained_positions > 0 && reach > trained_positions)
+    std::fprintf(stderr, "meshrun-ckpt: warning: the prompt (%zu tokens) and --max-new-tokens %d reach %lld positions, past the "
+                         "%d the model was trained on (%s); it has never attended that far, so the text beyond position %d "
+                         "is unlikely to be coherent\n", ids.size(), o.max_new_tokens, reach, trained_positions,
+                 hf_dir ? "config.json max_position_embeddings" : "training.seq_len", trained_positions);
   std::fprintf(stderr, "meshrun-ckpt: sampling from %s on the %s backend: %zu prompt tokens, up to %d new, temperature %g, "
                        "top-p %g, seed %llu\n", shown(path).c_str(), gen.backend().name().c_str(), ids.size(), o.max_new_tokens,
                o.temperature, o.top_p, static_cast<unsigned long long>(o.seed));

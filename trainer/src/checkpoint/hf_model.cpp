@@ -237,9 +237,14 @@ void check_hf_config(const std::string& file, const json& c, const ModelSpec& m)
 
 }  // namespace
 
-ModelSpec hf_dir_model(const std::string& dir) {
+ModelSpec hf_dir_model(const std::string& dir, int* max_positions) {
   const std::string config = (fs::path(dir) / kHfConfigFile).string();
-  return hf_config_model(config, read_json(config, "Hugging Face config.json"));
+  const json j = read_json(config, "Hugging Face config.json");
+  if (max_positions)
+    *max_positions = j.is_object() && j.contains("max_position_embeddings") && j["max_position_embeddings"].is_number_integer()
+                         ? j["max_position_embeddings"].get<int>()
+                         : 0;
+  return hf_config_model(config, j);
 }
 
 HfModelDir::HfModelDir(const std::string& dir, const ModelSpec& m) : dir_(dir) {

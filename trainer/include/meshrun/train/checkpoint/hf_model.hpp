@@ -44,7 +44,9 @@ std::uint64_t parse_shard_size(const std::string& text);
 // defaults), what meshrun-ckpt sample builds from the directory. SafetensorsError (one line naming the file and
 // the field) for a field meshrun-train does not implement (rope_scaling, biases, another activation, sliding
 // windows, router jitter) or one that is malformed.
-ModelSpec hf_dir_model(const std::string& dir);
+// max_positions (if given): config.json's max_position_embeddings (meshrun-ckpt export writes the trained
+// seq_len), 0 when absent.
+ModelSpec hf_dir_model(const std::string& dir, int* max_positions = nullptr);
 
 // A Hugging Face model directory opened for loading into model `m` (the template's [model], or hf_dir_model's):
 // its config.json is read as hf_dir_model reads it and agrees with m field by field (tied embeddings refused),
