@@ -33,6 +33,11 @@ bool cp_alltoall_fits(const LayoutSpec& spec, int cp, int heads_per_tp, int kv_h
   return g >= 1 && cp % g == 0 && heads_per_tp % g == 0 && kv_heads_per_tp % g == 0;
 }
 
+CpAlltoallPlace cp_alltoall_place(int cp, int group, int cp_index) {
+  const int groups = cp / group, g = cp_index / group, place = cp_index % group;
+  return {g * group, ((g - 1 + groups) % groups) * group + place, ((g + 1) % groups) * group + place};
+}
+
 bool is_trainer_rule(std::string_view name) {
   static constexpr std::string_view kTrainerRules[] = {"rope-head-dim", "expert-width-tp",         "trainer-mlp",
                                                        "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule",

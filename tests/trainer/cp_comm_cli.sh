@@ -16,7 +16,6 @@ trap 'rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/cli_lib.sh"
 mkdir -p "$DIR/text"
 write_lcg_corpus "$DIR/text/corpus.txt"
-numbers() { sed -n '/"record":"step"/s/.*"step":\([0-9]*\),"loss":\([^,]*\),"grad_norm":\([^,]*\),.*/\1 \2 \3/p' "$1"; }
 COMMON=(--set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin" --set training.steps=8
         --set training.seq_len=256 --set training.global_batch_size=8 --set training.micro_batch_size=2
         --set parallel.tp=1 --set parallel.zero_stage=0)

@@ -110,6 +110,13 @@ bool is_layout_rule(std::string_view name);
 // alltoall+ring from 2 to cp/2) and the rank's heads and kv heads (rule cp-alltoall; always at cp 1).
 int cp_alltoall_group(const LayoutSpec& spec, int cp);
 bool cp_alltoall_fits(const LayoutSpec& spec, int cp, int heads_per_tp, int kv_heads_per_tp);
+// Where CP rank `cp_index` sits when the all-to-all group has `group` ranks: its group is the consecutive CP
+// ranks [first, first + group) (Megatron's level-1 groups too), and the ring runs across the cp/group groups
+// among the ranks with the same place in theirs (prev, next: CP indices). group 1: the plain ring.
+struct CpAlltoallPlace {
+  int first, prev, next;
+};
+CpAlltoallPlace cp_alltoall_place(int cp, int group, int cp_index);
 std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& layout,
                                       std::vector<std::string>* checks_run = nullptr);
 bool is_trainer_rule(std::string_view name);

@@ -253,11 +253,6 @@ void ContextParallel::resize(device::Backend& backend) {
     pos_buf.emplace_back(backend, static_cast<std::int64_t>(mp.size()), DType::i32);
     backend.upload(pos_buf.back(), mp.data());
   }
-  if (mode == CpComm::alltoall_ring) {
-    const int g = r / a2a, place = r % a2a;
-    prev = ((g - 1 + G) % G) * a2a + place;
-    next = ((g + 1) % G) * a2a + place;
-  }
   auto make = [&](device::DeviceBuffer& b, std::int64_t n, DType type) {
     b = device::DeviceBuffer(backend, n, type);
     backend.zero(b);

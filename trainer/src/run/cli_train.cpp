@@ -703,12 +703,15 @@ std::vector<std::string> other_device_keys(const TrainingSpec& t) {
   std::vector<std::string> out;
   auto q = [](const std::string& v) { return "\"" + v + "\""; };
   if (t.device == "cpu") {
-    const std::pair<const char*, const std::string*> keys[] = {
-        {"param_dtype", &t.param_dtype}, {"grad_dtype", &t.grad_dtype}, {"optim_dtype", &t.optim_dtype}};
-    const std::string* defaults[] = {&d.param_dtype, &d.grad_dtype, &d.optim_dtype};
-    for (std::size_t i = 0; i < 3; ++i)
-      if (*keys[i].second != *defaults[i])
-        out.push_back(std::string("training.") + keys[i].first + " = " + q(*keys[i].second) +
+    const struct {
+      const char* key;
+      const std::string &value, &fallback;
+    } keys[] = {{"param_dtype", t.param_dtype, d.param_dtype},
+                {"grad_dtype", t.grad_dtype, d.grad_dtype},
+                {"optim_dtype", t.optim_dtype, d.optim_dtype}};
+    for (const auto& k : keys)
+      if (k.value != k.fallback)
+        out.push_back(std::string("training.") + k.key + " = " + q(k.value) +
                       " applies to training.device = \"cuda\" (the types the CUDA backend stores); on the CPU every "
                       "tensor is training.dtype = " + q(t.dtype) + ", so this run does not use it");
   } else if (t.dtype != d.dtype) {

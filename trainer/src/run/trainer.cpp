@@ -146,6 +146,11 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   const auto cp_peers = grid.ring_peers(rank, Axis::cp);
   cpctx_.prev = grid.index_in_group(cp_peers.prev, GroupKind::cp);
   cpctx_.next = grid.index_in_group(cp_peers.next, GroupKind::cp);
+  if (cpctx_.mode == CpComm::alltoall_ring && l.cp > 1) {  // the ring across the all-to-all groups (mesh's)
+    const CpAlltoallPlace place = cp_alltoall_place(l.cp, cpctx_.a2a, cpctx_.rank());
+    cpctx_.prev = place.prev;
+    cpctx_.next = place.next;
+  }
   for (int r = 0; r < l.cp; ++r) cpctx_.pos.push_back(geometry_.cp_positions(r));
   cpctx_.seq = geometry_.tokens_per_cp_rank;
   cpctx_.mbs = geometry_.micro_batch_size;

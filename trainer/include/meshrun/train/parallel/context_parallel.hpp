@@ -54,8 +54,8 @@ struct ContextParallel {
   Comm* cp = nullptr;
   device::Backend* be = nullptr;
   CpComm mode = CpComm::ring;
-  int prev = 0, next = 0;                       // ring neighbours in the cp group (mesh's ring_peers; resize() sets
-                                                // them for alltoall_ring: the same place in the next/previous group)
+  int prev = 0, next = 0;                       // ring neighbours in the cp group (mesh's ring_peers, or under
+                                                // alltoall_ring mesh's cp_alltoall_place: across the groups)
   int a2a = 1;                                  // all-to-all group size: 1, cp (alltoall) or cp_alltoall
   std::vector<std::vector<std::int32_t>> pos;   // [cp rank] global positions of its rows of one sequence
   std::int64_t seq = 0;                         // local rows per sequence (S / cp)
