@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   const long m = std::min<long>(n, 1000000);
   std::size_t bytes = 0;
   const double json = ns_per_call(m, [&](long i) {
-    bytes += train::trace::event_json(rec.events()[static_cast<std::size_t>(i)], 0, 0, 2).size();
+    bytes += train::trace::event_json(rec.events()[static_cast<std::size_t>(i)], 0, 0, ScheduleSpec{PipelineSchedule::one_f_one_b, 2, 1, 1}).size();
   });
 
   std::printf("meshrun-bench-trace-cost: %ld million calls each, one thread\n", n / 1000000);

@@ -316,7 +316,10 @@ void render_schedule_table(std::ostream& o, const ScheduleView& v) {
   const Timeline& tl = v.timeline;
   o << "pipeline schedule  " << pipeline_schedule_name(spec.kind) << ": " << spec.pp << " rank"
     << (spec.pp == 1 ? "" : "s");
-  if (spec.virtual_stages > 1) o << " × " << spec.virtual_stages << " chunks (chunk c on rank c mod " << spec.pp << ")";
+  if (spec.virtual_stages > 1 && chunk_placement(spec.kind) == ChunkPlacement::v)
+    o << " × 2 chunks in a V (rank r holds chunks r and " << 2 * spec.pp - 1 << "−r)";
+  else if (spec.virtual_stages > 1)
+    o << " × " << spec.virtual_stages << " chunks (chunk c on rank c mod " << spec.pp << ")";
   o << ", " << spec.microbatches << " micro-batch" << (spec.microbatches == 1 ? "" : "es") << " per step\n";
   o << "  unit costs: F = B = W = 1 per chunk (fused BW = 2), free transfers; one column per time unit, . idle\n";
   // Columns as wide as the longest label, so an action of d units spans d columns.

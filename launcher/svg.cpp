@@ -338,11 +338,14 @@ void render_svg(std::ostream& out, const RankMap& map, const Config& cfg, const 
     cv.rect(x, yy, 14, 14, "rx=\"3\" fill=\"" + stage_color(stage, l.pp) + "\" class=\"gpu\"");
     std::string label = "stage " + std::to_string(stage);
     if (layers) {
-      // Interleaved pipelines: a stage holds every chunk c with chunk_rank(c) == stage; the picture gives the total.
+      // Interleaved and V pipelines: a stage holds every chunk c with chunk_rank(c) == stage; the picture gives
+      // the total.
+      const ChunkPlacement placement =
+          chunk_placement(parse_pipeline_schedule(cfg.job.parallel.pipeline_schedule).value_or(PipelineSchedule::one_f_one_b));
       int first = 0, count = 0;
       for (int i = 0; i < stage; ++i) first += (*layers)[i];
       for (int c = 0; c < int(layers->size()); ++c)
-        if (chunk_rank(c, l.pp) == stage) count += (*layers)[c];
+        if (chunk_rank(c, l.pp, placement) == stage) count += (*layers)[c];
       if (l.virtual_stages == 1)
         label += count == 1 ? ": layer " + std::to_string(first)
                             : ": layers " + std::to_string(first) + "-" + std::to_string(first + count - 1);

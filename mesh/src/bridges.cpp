@@ -67,9 +67,11 @@ FrameworkFlags megatron(const JobConfig& cfg, const Layout& l, const BatchGeomet
     return refuse("Megatron-LM's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping) with pp > 1 needs the expert data-parallel "
                   "size equal to the dense one (ep = cp here, as expert TP = TP), not ep = " + std::to_string(l.ep) +
                   " with cp = " + std::to_string(l.cp) + ": use parallel.order = \"tp-cp-ep-dp-pp\"");
-  if (l.pp > 1 && (schedule == "gpipe" || schedule == "zb"))
+  if (l.pp > 1 && schedule != "1f1b" && schedule != "interleaved")
     return refuse("Megatron-LM runs 1F1B and interleaved 1F1B pipelines, not parallel.pipeline_schedule = \"" + schedule +
-                  "\": set parallel.pipeline_schedule = \"1f1b\" (or \"interleaved\" with parallel.virtual_stages)");
+                  "\"" + (schedule == "zbv" || schedule == "dualpipev" ? " (a V of two chunks per rank, which Megatron-Core's "
+                                                                      "interleaving does not place; torchtitan runs it)" : "") +
+                  ": set parallel.pipeline_schedule = \"1f1b\" (or \"interleaved\" with parallel.virtual_stages)");
   add(f, "--tensor-model-parallel-size", l.tp);
   add(f, "--pipeline-model-parallel-size", l.pp);
   add(f, "--context-parallel-size", l.cp);
@@ -159,13 +161,16 @@ FrameworkFlags torchtitan(const JobConfig& cfg, const Layout& l, const BatchGeom
     if (schedule == "gpipe") tt_schedule = "GPipe";
     else if (schedule == "1f1b") tt_schedule = "1F1B";
     else if (schedule == "interleaved") tt_schedule = "Interleaved1F1B";
+    // torch.distributed.pipelining's V schedules: rank r holds stages r and 2pp−1−r, as meshrun places them.
+    else if (schedule == "zbv") tt_schedule = "ZBVZeroBubble";
+    else if (schedule == "dualpipev") tt_schedule = "DualPipeV";
     else
       return refuse("torchtitan's zero-bubble schedules need several stages per rank in its own placement; meshrun's "
-                    "parallel.pipeline_schedule = \"zb\" has no torchtitan equivalent: use \"1f1b\" or \"interleaved\"");
+                    "parallel.pipeline_schedule = \"zb\" has no torchtitan equivalent: use \"zbv\", \"1f1b\" or \"interleaved\"");
   }
   const int stages = l.pp * l.virtual_stages;
   if (!g && l.virtual_stages > 1)
-    return refuse("torchtitan's interleaved schedule needs the layers per stage, from the model: give the template "
+    return refuse("torchtitan's multi-stage schedules need the layers per stage, from the model: give the template "
                   "(--template T.toml) whose [model] it trains");
   if (g && l.pp > 1 && cfg.model.layers % stages != 0)
     return refuse("torchtitan splits the model by layers per stage: model.layers = " + std::to_string(cfg.model.layers) +

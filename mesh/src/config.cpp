@@ -1,5 +1,6 @@
 // The configuration schema and its layers. One table of keys drives TOML parsing, --set, flags,
 // did-you-mean suggestions and the dry run's source column.
+#include "meshrun/schedule.hpp"
 #include "meshrun/config.hpp"
 #include "meshrun/bounded_file.hpp"
 
@@ -108,11 +109,11 @@ std::vector<Field> make_schema() {
   add(at_most(at_least(field("parallel.dp", &JobConfig::parallel, &LayoutSpec::dp, V::int_or_auto, "data-parallel size or \"auto\""), 1), limits::kWorld));
   add(at_most(at_least(field("parallel.ep", &JobConfig::parallel, &LayoutSpec::ep, V::integer, "expert-parallel size"), 1), limits::kWorld));
   add(field("parallel.order", &JobConfig::parallel, &LayoutSpec::order, V::string, "axis order, leftmost fastest"));
-  add(at_most(at_least(field("parallel.virtual_stages", &JobConfig::parallel, &LayoutSpec::virtual_stages, V::integer, "interleaved chunks per pipeline rank"), 1), limits::kLayers));
+  add(at_most(at_least(field("parallel.virtual_stages", &JobConfig::parallel, &LayoutSpec::virtual_stages, V::integer, "pipeline chunks per rank (interleaved; zbv and dualpipev always run 2)"), 1), limits::kLayers));
   add(at_least(field("parallel.zero_stage", &JobConfig::parallel, &LayoutSpec::zero_stage, V::integer, "ZeRO stage 0-3"), 0));
   add(field("parallel.sequence_parallel", &JobConfig::parallel, &LayoutSpec::sequence_parallel, V::boolean, "Megatron sequence parallelism"));
   add(choose(field("parallel.pipeline_schedule", &JobConfig::parallel, &LayoutSpec::pipeline_schedule, V::string, "pipeline schedule"),
-             {"gpipe", "1f1b", "interleaved", "zb"}));
+             pipeline_schedule_names()));
   add(choose(field("parallel.cp_comm", &JobConfig::parallel, &LayoutSpec::cp_comm, V::string,
                    "context-parallel attention: K/V ring, all-gather, all-to-all (Ulysses) or all-to-all + ring"),
              {"ring", "allgather", "alltoall", "alltoall+ring"}));

@@ -4,6 +4,7 @@
 #include "meshrun/hostlist.hpp"
 #include "meshrun/layout.hpp"
 #include "meshrun/limits.hpp"
+#include "meshrun/schedule.hpp"
 
 namespace meshrun {
 namespace {
@@ -157,9 +158,12 @@ std::optional<Layout> resolve_layout(const LayoutSpec& spec, int64_t world, std:
                                            "parallel.tp/cp/pp/dp sizes"});
     ok = false;
   }
-  if (limits::product({spec.pp, spec.virtual_stages}) > limits::kLayers) {
-    problems->push_back({"size", "pp·virtual_stages = " + s(spec.pp) + "·" + s(spec.virtual_stages) + " = " +
-                                          s(int64_t(spec.pp) * spec.virtual_stages) + " pipeline chunks is more than " +
+  // What runs: zbv and dualpipev take virtual_stages = 1 (the default) as their two chunks per rank.
+  const auto kind = parse_pipeline_schedule(spec.pipeline_schedule);
+  const int virtual_stages = kind ? scheduled_virtual_stages(*kind, spec.virtual_stages) : spec.virtual_stages;
+  if (limits::product({spec.pp, virtual_stages}) > limits::kLayers) {
+    problems->push_back({"size", "pp·virtual_stages = " + s(spec.pp) + "·" + s(virtual_stages) + " = " +
+                                          s(int64_t(spec.pp) * virtual_stages) + " pipeline chunks is more than " +
                                           s(limits::kLayers) + " (each chunk needs a layer); use fewer " +
                                           "parallel.virtual_stages or a smaller parallel.pp"});
     ok = false;
@@ -169,7 +173,7 @@ std::optional<Layout> resolve_layout(const LayoutSpec& spec, int64_t world, std:
   l.cp = spec.cp;
   l.pp = spec.pp;
   l.ep = spec.ep;
-  l.virtual_stages = spec.virtual_stages;
+  l.virtual_stages = virtual_stages;
   l.zero_stage = spec.zero_stage;
   l.sequence_parallel = spec.sequence_parallel;
   if (spec.dp == 0) {

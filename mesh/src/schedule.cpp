@@ -61,23 +61,62 @@ Action compute(ActionKind k, int mb, int chunk) { return Action{k, mb, chunk, -1
 
 // Lowering: every rank's compute order, with each receive placed right before the action that consumes it
 // and each send right after the action that produces it. Chunk 0's F reads data and the last chunk's B
-// starts from the loss, so nothing crosses those ends.
+// starts from the loss, so nothing crosses those ends; nor is anything sent between two chunks of one rank
+// (a V's turn), which hand over in memory. Then per ordered pair of ranks the sends are put in the order
+// the receiver takes them (transfers pair by that order alone): a send whose message the receiver wants
+// later waits behind the ones it wants first. Delaying a non-blocking send past the sends its receiver
+// needs earlier cannot block anyone, so a deadlock-free order stays deadlock-free.
 ScheduleTable lower(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& compute_order) {
   ScheduleTable t{spec, {}};
   const int last = t.chunks() - 1, pp = spec.pp;
+  auto rank_of = [&spec](int c) { return spec.rank_of(c); };
   t.ranks.resize(pp);
   for (int r = 0; r < pp; ++r) {
     auto& out = t.ranks[r];
     out.reserve(3 * compute_order[r].size());  // each compute action with at most one receive and one send
     for (const Action& a : compute_order[r]) {
       const int mb = a.microbatch, c = a.chunk;
-      if (a.kind == ActionKind::F && c > 0) out.push_back({ActionKind::recv_act, mb, c - 1, chunk_rank(c - 1, pp)});
-      if (is_input_backward(a.kind) && c < last)
-        out.push_back({ActionKind::recv_grad, mb, c + 1, chunk_rank(c + 1, pp)});
+      const bool from_prev = c > 0 && rank_of(c - 1) != r, to_next = c < last && rank_of(c + 1) != r;
+      if (a.kind == ActionKind::F && from_prev) out.push_back({ActionKind::recv_act, mb, c - 1, rank_of(c - 1)});
+      if (is_input_backward(a.kind) && to_next) out.push_back({ActionKind::recv_grad, mb, c + 1, rank_of(c + 1)});
       out.push_back(a);
-      if (a.kind == ActionKind::F && c < last) out.push_back({ActionKind::send_act, mb, c, chunk_rank(c + 1, pp)});
-      if (is_input_backward(a.kind) && c > 0) out.push_back({ActionKind::send_grad, mb, c, chunk_rank(c - 1, pp)});
+      if (a.kind == ActionKind::F && to_next) out.push_back({ActionKind::send_act, mb, c, rank_of(c + 1)});
+      if (is_input_backward(a.kind) && from_prev) out.push_back({ActionKind::send_grad, mb, c, rank_of(c - 1)});
     }
+  }
+  // Per (receiver, sender): the receiver's receives in order, as messages (kind family, mb, chunk).
+  const Grid g{spec.microbatches, t.chunks()};
+  std::vector<std::vector<std::vector<int>>> wanted(pp, std::vector<std::vector<int>>(pp));
+  for (int r = 0; r < pp; ++r)
+    for (const Action& a : t.ranks[r])
+      if (is_recv(a.kind)) wanted[a.peer][r].push_back(message_key(g, a));
+  for (int r = 0; r < pp; ++r) {
+    std::vector<Action> out;
+    out.reserve(t.ranks[r].size());
+    std::vector<size_t> next(pp, 0);                                // per receiver: its next wanted message
+    std::vector<std::vector<std::pair<int, Action>>> ready(pp);     // produced, not yet posted
+    for (const Action& a : t.ranks[r]) {
+      if (!is_send(a.kind)) {
+        out.push_back(a);
+        continue;
+      }
+      auto& queue = ready[a.peer];
+      queue.push_back({message_key(g, a), a});
+      const auto& want = wanted[r][a.peer];
+      for (bool posted = true; posted && next[a.peer] < want.size();) {
+        posted = false;
+        for (size_t i = 0; i < queue.size(); ++i)
+          if (queue[i].first == want[next[a.peer]]) {
+            out.push_back(queue[i].second);
+            queue.erase(queue.begin() + long(i));
+            ++next[a.peer], posted = true;
+            break;
+          }
+      }
+    }
+    for (auto& queue : ready)  // a send nobody receives: left at the end for the validator to name
+      for (auto& [key, a] : queue) out.push_back(a);
+    t.ranks[r] = std::move(out);
   }
   return t;
 }
@@ -162,6 +201,89 @@ std::vector<std::vector<Action>> zero_bubble_order(const ScheduleSpec& spec) {
   return order;
 }
 
+// ZBV (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory", §6; the order of PyTorch's
+// ScheduleZBVZeroBubble, torch/distributed/pipelining/schedules.py, which torchtitan runs): two chunks per
+// rank in a V, rank r holding chunk r (c0) and 2pp−1−r (c1), B and W split. The order is written for
+// n = max(m, 2pp−1) micro-batches and the ones beyond m are dropped, as PyTorch does. Rank r: 2(pp−r)−1
+// forwards of c0; r pairs (F c1, F c0); pp−r triples (F c1, B c1, W c1); then (F c0 while any are left,
+// B c0, W c0, F c1, B c1, W c1) until both chunks have run every forward; r pairs (B c0, B c1); pp−r pairs
+// (B c0, W c0); the deferred W of c1, then of c0. Each kind runs in micro-batch order per chunk.
+std::vector<std::vector<Action>> zbv_order(const ScheduleSpec& spec) {
+  const int pp = spec.pp, m = spec.microbatches, n = std::max(m, 2 * pp - 1), chunks = 2 * pp;
+  std::vector<std::vector<Action>> order(pp);
+  for (int r = 0; r < pp; ++r) {
+    const int c0 = r, c1 = chunks - 1 - r;
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    std::vector<Action> all;
+    all.reserve(6 * size_t(n));
+    auto add = [&](ActionKind k, int mb, int chunk) { all.push_back(compute(k, mb, chunk)); };
+    for (int k = 0; k < 2 * (pp - r) - 1; ++k) add(ActionKind::F, f0++, c0);
+    for (int k = 0; k < r; ++k) add(ActionKind::F, f1++, c1), add(ActionKind::F, f0++, c0);
+    for (int k = 0; k < pp - r; ++k) add(ActionKind::F, f1++, c1), add(ActionKind::B, b1, c1), add(ActionKind::W, b1++, c1);
+    while (f1 < f0 || f0 < n) {
+      if (f0 < n) add(ActionKind::F, f0++, c0);
+      add(ActionKind::B, b0, c0), add(ActionKind::W, b0++, c0);
+      add(ActionKind::F, f1++, c1), add(ActionKind::B, b1, c1), add(ActionKind::W, b1++, c1);
+    }
+    int w0 = b0, w1 = b1;
+    for (int k = 0; k < r; ++k) add(ActionKind::B, b0++, c0), add(ActionKind::B, b1++, c1);
+    for (int k = 0; k < pp - r; ++k) add(ActionKind::B, b0++, c0), add(ActionKind::W, w0++, c0);
+    while (w1 < b1) add(ActionKind::W, w1++, c1);
+    while (w0 < b0) add(ActionKind::W, w0++, c0);
+    for (const Action& a : all)
+      if (a.microbatch < m) order[r].push_back(a);
+  }
+  return order;
+}
+
+// DualPipeV (DeepSeek-V3's DualPipe, the V variant: deepseek-ai/DualPipe, dualpipe/dualpipev.py, DualPipeV.step,
+// whose eight steps this follows; "F c0 + BW c1" is its overlapped forward-backward pair, run one after the
+// other here). Rank r of pp holds chunk r (c0) and 2pp−1−r (c1); m ≥ 2pp. A split backward (its
+// "enable_zb") queues its W, and each "W" step runs the oldest queued one (its WeightGradStore is FIFO):
+//   1: 2(pp−r−1) × F c0            2: (r+1) × (F c0, F c1)          3: (pp−r−1) × (B c1, W, F c1)
+//   4: (m−2pp+r+1) × (F c0, BW c1, F c1, BW c0)                     5: (pp−r−1) × (BW c1, F c1, BW c0)
+//   6: (r+1) × (c1, c0 backward; split from the middle iteration on, c1 first on odd ranks)
+//   7: (pp−r−1) × (W, B c0)        8: (r+1) × W
+std::vector<std::vector<Action>> dualpipev_order(const ScheduleSpec& spec) {
+  const int pp = spec.pp, m = spec.microbatches, chunks = 2 * pp;
+  std::vector<std::vector<Action>> order(pp);
+  for (int r = 0; r < pp; ++r) {
+    const int c[2] = {r, chunks - 1 - r};
+    int f[2] = {0, 0}, b[2] = {0, 0};
+    std::vector<std::pair<int, int>> queued;  // (phase, micro-batch) of split backwards, oldest first
+    size_t oldest = 0;
+    auto& out = order[r];
+    out.reserve(3 * 2 * size_t(m));
+    auto F = [&](int ph) { out.push_back(compute(ActionKind::F, f[ph]++, c[ph])); };
+    auto BW = [&](int ph) { out.push_back(compute(ActionKind::BW, b[ph]++, c[ph])); };
+    auto B = [&](int ph) {
+      queued.push_back({ph, b[ph]});
+      out.push_back(compute(ActionKind::B, b[ph]++, c[ph]));
+    };
+    auto W = [&] {
+      if (oldest == queued.size()) throw std::logic_error("dualpipev: a W step with no split backward queued");
+      const auto [ph, mb] = queued[oldest++];
+      out.push_back(compute(ActionKind::W, mb, c[ph]));
+    };
+    for (int k = 0; k < 2 * (pp - r - 1); ++k) F(0);
+    for (int k = 0; k < r + 1; ++k) F(0), F(1);
+    for (int k = 0; k < pp - r - 1; ++k) B(1), W(), F(1);
+    for (int k = 0; k < m - 2 * pp + r + 1; ++k) F(0), BW(1), F(1), BW(0);
+    for (int k = 0; k < pp - r - 1; ++k) BW(1), F(1), BW(0);
+    bool split = false;
+    for (int k = 0; k < r + 1; ++k) {
+      if (k == (r + 1) / 2 && r % 2 == 1) split = true;
+      split ? B(1) : BW(1);
+      if (k == (r + 1) / 2 && r % 2 == 0) split = true;
+      split ? B(0) : BW(0);
+    }
+    for (int k = 0; k < pp - r - 1; ++k) W(), B(0);
+    for (int k = 0; k < r + 1; ++k) W();
+    if (oldest != queued.size()) throw std::logic_error("dualpipev: split backwards left without their W");
+  }
+  return order;
+}
+
 double cost_of(const std::vector<double>& v, int chunk, const char* name) {
   if (v.empty()) throw std::invalid_argument(std::string("schedule costs: ") + name + " is empty; give one value or one per chunk");
   return v.size() == 1 ? v[0] : v.at(chunk);
@@ -174,7 +296,27 @@ std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view name) {
   if (name == "1f1b") return PipelineSchedule::one_f_one_b;
   if (name == "interleaved") return PipelineSchedule::interleaved;
   if (name == "zb") return PipelineSchedule::zero_bubble;
+  if (name == "zbv") return PipelineSchedule::zbv;
+  if (name == "dualpipev") return PipelineSchedule::dualpipev;
   return std::nullopt;
+}
+
+const std::vector<std::string>& pipeline_schedule_names() {
+  static const std::vector<std::string> names{"gpipe", "1f1b", "interleaved", "zb", "zbv", "dualpipev"};
+  return names;
+}
+
+ChunkPlacement chunk_placement(PipelineSchedule k) {
+  return k == PipelineSchedule::zbv || k == PipelineSchedule::dualpipev ? ChunkPlacement::v : ChunkPlacement::looped;
+}
+
+int scheduled_virtual_stages(PipelineSchedule k, int requested) {
+  return chunk_placement(k) == ChunkPlacement::v && requested == 1 ? 2 : requested;
+}
+
+int min_microbatches(PipelineSchedule k, int pp) {
+  if (pp <= 1) return 1;
+  return k == PipelineSchedule::dualpipev ? 2 * pp : pp;
 }
 
 const char* pipeline_schedule_name(PipelineSchedule k) {
@@ -183,6 +325,8 @@ const char* pipeline_schedule_name(PipelineSchedule k) {
     case PipelineSchedule::one_f_one_b: return "1f1b";
     case PipelineSchedule::interleaved: return "interleaved";
     case PipelineSchedule::zero_bubble: return "zb";
+    case PipelineSchedule::zbv: return "zbv";
+    case PipelineSchedule::dualpipev: return "dualpipev";
   }
   return "?";
 }
@@ -216,7 +360,15 @@ std::string check_schedule_spec(const ScheduleSpec& spec) {
   if (spec.microbatches < 1)
     return "a step needs at least one micro-batch, not " + s(spec.microbatches) +
            "; raise training.global_batch_size or lower micro_batch_size";
-  if (spec.kind != PipelineSchedule::interleaved && spec.virtual_stages > 1)
+  const bool v_shape = chunk_placement(spec.kind) == ChunkPlacement::v;
+  if (v_shape && spec.virtual_stages != 2)
+    return "parallel.virtual_stages=" + s(spec.virtual_stages) + " does not go with pipeline_schedule = \"" + name +
+           "\", which runs exactly two chunks per pipeline rank in a V; set parallel.virtual_stages = 1 or 2 "
+           "(both mean two), or pipeline_schedule = \"interleaved\"";
+  if (v_shape && spec.pp == 1)
+    return "pipeline_schedule = \"" + name + "\" needs a pipeline (pp > 1); set pp > 1, or pipeline_schedule = "
+           "\"1f1b\"";
+  if (!v_shape && spec.kind != PipelineSchedule::interleaved && spec.virtual_stages > 1)
     return "parallel.virtual_stages=" + s(spec.virtual_stages) + " needs pipeline_schedule = \"interleaved\" (\"" +
            name + "\" runs one chunk per pipeline rank); set parallel.pipeline_schedule = \"interleaved\" or "
            "virtual_stages = 1";
@@ -226,10 +378,15 @@ std::string check_schedule_spec(const ScheduleSpec& spec) {
   if (spec.kind == PipelineSchedule::interleaved && spec.virtual_stages < 2)
     return "pipeline_schedule = \"interleaved\" needs parallel.virtual_stages ≥ 2 (with 1 chunk per rank it is "
            "1F1B); set virtual_stages ≥ 2 or pipeline_schedule = \"1f1b\"";
-  if (spec.pp > 1 && spec.microbatches < spec.pp)
+  if (spec.pp > 1 && spec.microbatches < spec.pp && spec.kind != PipelineSchedule::dualpipev)
     return "only " + s(spec.microbatches) + " micro-batches per step for pp=" + s(spec.pp) +
            " stages (a pipeline needs at least one per stage); raise training.global_batch_size or lower "
            "micro_batch_size or pp";
+  if (spec.kind == PipelineSchedule::dualpipev && spec.microbatches < min_microbatches(spec.kind, spec.pp))
+    return "only " + s(spec.microbatches) + " micro-batches per step for pipeline_schedule = \"dualpipev\" at pp=" +
+           s(spec.pp) + ", which needs at least 2·pp = " + s(min_microbatches(spec.kind, spec.pp)) +
+           " (one per chunk, as DeepSeek's DualPipeV asserts); raise training.global_batch_size or lower "
+           "micro_batch_size";
   if (spec.kind == PipelineSchedule::interleaved && spec.microbatches % spec.pp != 0)
     return "the interleaved schedule needs micro-batches per step (" + s(spec.microbatches) +
            ") to be a multiple of pp=" + s(spec.pp) + "; adjust global_batch_size";
@@ -243,6 +400,8 @@ ScheduleTable generate_schedule(const ScheduleSpec& spec) {
     case PipelineSchedule::one_f_one_b: return lower(spec, one_f_one_b_order(spec));
     case PipelineSchedule::interleaved: return lower(spec, interleaved_order(spec));
     case PipelineSchedule::zero_bubble: return lower(spec, zero_bubble_order(spec));
+    case PipelineSchedule::zbv: return lower(spec, zbv_order(spec));
+    case PipelineSchedule::dualpipev: return lower(spec, dualpipev_order(spec));
   }
   throw std::invalid_argument("unknown pipeline schedule");
 }
@@ -266,22 +425,29 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
         continue;
       }
       const int c = a.chunk;
-      int home = chunk_rank(c, pp);  // rank that must hold the action
+      int home = spec.rank_of(c);  // rank that must hold the action
       int peer = -1;                 // rank the message must go to or come from
       bool has_peer = true;
       switch (a.kind) {
-        case ActionKind::send_act: has_peer = c < last; peer = chunk_rank(c + 1, pp); break;
-        case ActionKind::recv_act: has_peer = c < last; home = chunk_rank(c + 1, pp); peer = chunk_rank(c, pp); break;
-        case ActionKind::send_grad: has_peer = c > 0; peer = chunk_rank(c - 1, pp); break;
-        case ActionKind::recv_grad: has_peer = c > 0; home = chunk_rank(c - 1, pp); peer = chunk_rank(c, pp); break;
+        case ActionKind::send_act: has_peer = c < last; peer = spec.rank_of(c + 1); break;
+        case ActionKind::recv_act: has_peer = c < last; home = spec.rank_of(c + 1); peer = spec.rank_of(c); break;
+        case ActionKind::send_grad: has_peer = c > 0; peer = spec.rank_of(c - 1); break;
+        case ActionKind::recv_grad: has_peer = c > 0; home = spec.rank_of(c - 1); peer = spec.rank_of(c); break;
         default: break;
+      }
+      if (!is_compute(a.kind) && has_peer && peer == home) {
+        const bool act = a.kind == ActionKind::send_act || a.kind == ActionKind::recv_act;
+        problems.push_back(at(r, a) + " is a transfer between chunks " + s(act ? c : c - 1) + " and " +
+                           s(act ? c + 1 : c) + ", which both live on rank " + s(home) +
+                           " and hand over in memory; remove it");
+        continue;
       }
       if (!is_compute(a.kind) && !has_peer) {
         problems.push_back(at(r, a) + " crosses the end of the pipeline (chunk " + s(c) + " of " + s(chunks) +
                            " has no neighbour that way); remove it");
       } else if (home != r) {
         problems.push_back(at(r, a) + " is on the wrong rank: chunk " + s(c) + " lives on rank " +
-                           s(chunk_rank(c, pp)) + (is_compute(a.kind) ? "" : ", so this belongs on rank " + s(home)) +
+                           s(spec.rank_of(c)) + (is_compute(a.kind) ? "" : ", so this belongs on rank " + s(home)) +
                            "; move it to rank " + s(home));
       } else if (!is_compute(a.kind) && a.peer != peer) {
         problems.push_back(at(r, a) + " names the wrong peer: " +
@@ -316,7 +482,7 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
     }
   for (int mb = 0; mb < m; ++mb)
     for (int c = 0; c < chunks; ++c) {
-      const int i = g.at(mb, c), home = chunk_rank(c, pp);
+      const int i = g.at(mb, c), home = spec.rank_of(c);
       auto named = [&](ActionKind k) { return "rank " + s(home) + ": " + action_text(compute(k, mb, c)); };
       auto once = [&](ActionKind k, int n, const char* role) {
         if (n == 0) problems.push_back(named(k) + " is missing (" + role + "); add it to rank " + s(home) + "'s list");
@@ -369,9 +535,9 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
       };
       auto input = [&](bool earlier_compute, bool received, ActionKind recv_kind, int from_chunk, ActionKind compute_kind) {
         if (earlier_compute || received) return;
-        std::string what = chunk_rank(from_chunk, pp) == r
+        std::string what = spec.rank_of(from_chunk) == r
                                ? action_text(compute(compute_kind, mb, from_chunk))
-                               : action_text(Action{recv_kind, mb, from_chunk, chunk_rank(from_chunk, pp)});
+                               : action_text(Action{recv_kind, mb, from_chunk, spec.rank_of(from_chunk)});
         problems.push_back(at(r, a) + " runs before " + what + "; move it after that on rank " + s(r));
       };
       auto here = [r](const std::vector<int>& v, int k) { return v[k] == r; };
@@ -470,6 +636,63 @@ std::vector<std::string> validate_schedule(const ScheduleTable& table) {
                          peer_state + "; move the receive after the actions its sender waits for");
     }
   return problems;
+}
+
+std::vector<std::vector<int>> sends_known_received(const ScheduleTable& table, bool forward_only) {
+  if (auto problems = validate_schedule(table); !problems.empty())
+    throw std::invalid_argument("sends_known_received needs a valid table: " + problems.front());
+  const int pp = table.spec.pp;
+  const Grid g{table.spec.microbatches, table.chunks()};
+  auto runs = [forward_only](const Action& a) {
+    return !forward_only || a.kind == ActionKind::F || a.kind == ActionKind::send_act || a.kind == ActionKind::recv_act;
+  };
+  std::vector<std::vector<int>> known(pp);
+  for (int r = 0; r < pp; ++r) known[r].assign(table.ranks[r].size(), -1);
+  // Vector clocks: seen[r][p] = the last index of p's list that happened before r's current action.
+  std::vector<std::vector<int>> seen(pp, std::vector<int>(pp, -1));
+  std::vector<std::vector<int>> carried(2 * size_t(g.size()));  // a message's sender clock, once posted
+  std::vector<int> received_at(2 * g.size(), -1);               // the receiver's index of its receive
+  std::vector<std::vector<std::vector<std::pair<int, int>>>> pending(pp, std::vector<std::vector<std::pair<int, int>>>(pp));
+  std::vector<size_t> next(pp, 0), front(size_t(pp) * pp, 0);
+  std::vector<int> waiting_on(2 * g.size(), -1), runnable;
+  for (int r = 0; r < pp; ++r) runnable.push_back(r);
+  while (!runnable.empty()) {
+    const int r = runnable.back();
+    runnable.pop_back();
+    const auto& list = table.ranks[r];
+    for (; next[r] < list.size(); ++next[r]) {
+      const int i = int(next[r]);
+      const Action& a = list[i];
+      if (!runs(a)) continue;
+      seen[r][r] = i;
+      if (is_recv(a.kind)) {
+        const int k = message_key(g, a);
+        if (carried[k].empty()) {
+          waiting_on[k] = r;
+          break;
+        }
+        for (int p = 0; p < pp; ++p) seen[r][p] = std::max(seen[r][p], carried[k][p]);
+        received_at[k] = i;
+        // Sends to each peer are received in posting order (the validator checked), so the oldest go first.
+        for (int p = 0; p < pp; ++p) {
+          auto& q = pending[r][p];
+          size_t& f = front[size_t(r) * pp + p];
+          while (f < q.size() && received_at[q[f].second] >= 0 && received_at[q[f].second] <= seen[r][p])
+            known[r][q[f++].first] = i + 1;
+        }
+      } else if (is_send(a.kind)) {
+        const int k = message_key(g, a);
+        carried[k] = seen[r];
+        pending[r][a.peer].push_back({i, k});
+        if (waiting_on[k] >= 0) runnable.push_back(waiting_on[k]), waiting_on[k] = -1;
+      }
+    }
+  }
+  for (int r = 0; r < pp; ++r)
+    for (int p = 0; p < pp; ++p)
+      for (size_t f = front[size_t(r) * pp + p]; f < pending[r][p].size(); ++f)
+        known[r][pending[r][p][f].first] = int(table.ranks[r].size());
+  return known;
 }
 
 Timeline simulate_schedule(const ScheduleTable& table, const ScheduleCosts& costs) {

@@ -127,21 +127,23 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
 
   report("batch-dp");
   // The pipeline schedule rule is check_schedule_spec's, shared with the generators and the planner. Without a
-  // valid batch split it still checks schedule against virtual stages (with m = pp, which the rest accepts).
-  const int64_t micro = geometry ? geometry->microbatches : l.pp;
+  // valid batch split it still checks schedule against virtual stages (with the schedule's fewest micro-batches).
+  const auto known_kind = parse_pipeline_schedule(cfg.parallel.pipeline_schedule);
+  const int least = known_kind ? min_microbatches(*known_kind, l.pp) : l.pp;
+  const int64_t micro = geometry ? geometry->microbatches : least;
   check("pp-microbatches");
   check("interleaved");
   if (auto kind = parse_pipeline_schedule(cfg.parallel.pipeline_schedule); !kind)
     p.push_back({"interleaved", "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +
-                                    "\" is not known; use \"gpipe\", \"1f1b\", \"interleaved\" or \"zb\""});
+                                    "\" is not known; use \"gpipe\", \"1f1b\", \"interleaved\", \"zb\", \"zbv\" or \"dualpipev\""});
   else {
-    ScheduleSpec spec{*kind, l.pp, l.virtual_stages, l.pp};
+    ScheduleSpec spec{*kind, l.pp, l.virtual_stages, std::max(least, 1)};
     std::string why = check_schedule_spec(spec);  // schedule against virtual stages and pp
     const char* id = "interleaved";
     if (why.empty()) {
       spec.microbatches = int(std::min<int64_t>(micro, 1 << 30));
       why = check_schedule_spec(spec);
-      if (l.pp > 1 && micro < l.pp) id = "pp-microbatches";
+      if (l.pp > 1 && micro < least) id = "pp-microbatches";
     }
     if (!why.empty()) p.push_back({id, why});
   }

@@ -99,7 +99,7 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
   check("pipeline-schedule");
   if (!parse_pipeline_schedule(cfg.parallel.pipeline_schedule))
     p.push_back({"pipeline-schedule", "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +
-                                          "\" is unknown; use gpipe, 1f1b, interleaved or zb"});
+                                          "\" is unknown; use gpipe, 1f1b, interleaved, zb, zbv or dualpipev"});
   check("router-aux-pp");
   if (m.experts > 0 && m.router_aux == "hf" && l.pp > 1)
     p.push_back({"router-aux-pp", "model.router_aux = \"hf\" pools the router statistics over all layers, which meshrun-train "

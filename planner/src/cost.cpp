@@ -11,13 +11,14 @@
 
 namespace meshrun::planner::detail {
 
-std::optional<StageLayers> stage_layers(int layers, int pp, int virtual_stages) {
+std::optional<StageLayers> stage_layers(int layers, int pp, int virtual_stages, ChunkPlacement placement) {
   auto chunks = chunk_layers(layers, pp * virtual_stages);
   if (!chunks) return std::nullopt;
   StageLayers s;
+  std::vector<int> on_rank(pp, 0);
+  for (int c = 0; c < pp * virtual_stages; ++c) on_rank[chunk_rank(c, pp, placement)] += (*chunks)[c];
   for (int r = 0; r < pp; ++r) {
-    int sum = 0;
-    for (int k = 0; k < virtual_stages; ++k) sum += (*chunks)[r + k * pp];
+    const int sum = on_rank[r];
     if (r == 0) s.first = sum;
     if (r == pp - 1) s.last = sum;
     s.max = std::max(s.max, sum);

@@ -27,7 +27,9 @@ BatchGeometry setting_batch(const TrainingSpec& training, const Layout& layout);
 struct StageLayers {
   int first = 0, last = 0, max = 0;
 };
-std::optional<StageLayers> stage_layers(int layers, int pp, int virtual_stages);
+// Layers per pipeline rank: first = rank 0's, last = rank pp−1's, max = the most on any rank. In a V
+// (zbv, dualpipev) rank r holds chunks r and 2pp−1−r, so rank 0 holds both ends of the model.
+std::optional<StageLayers> stage_layers(int layers, int pp, int virtual_stages, ChunkPlacement placement);
 
 // Slowest link of every axis's group for a layout placed on a cluster (Slurm block placement).
 // cp_group: context parallelism's all-to-all group (mesh's cp_alltoall_group; 1 without all-to-all).

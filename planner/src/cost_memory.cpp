@@ -10,7 +10,9 @@ namespace meshrun::planner::detail {
 
 MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) const {
   MemoryParts mem;
-  const bool first = rank == 0, last = rank == s.layout.pp - 1;
+  // In a V (zbv, dualpipev) rank 0 holds the first chunk and the last one.
+  const bool v_shape = chunk_placement(s.schedule) == ChunkPlacement::v;
+  const bool first = rank == 0, last = v_shape ? rank == 0 : rank == s.layout.pp - 1;
   const double t = s.layout.tp;
   const int micro = int(s.batch.microbatches);
 
@@ -41,7 +43,8 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   const double rows_in = rows_e * imbalance_;
 
   // Live (micro-batch, chunk) slots: what the schedule's simulated table gives (GPipe m, 1F1B pp − r,
-  // interleaved Megatron's warm-up depth + 1, ZB-H1 min(pp, m)) in closed form (pipeline.cpp), each holding
+  // interleaved Megatron's warm-up depth + 1, ZB-H1 min(pp, m), ZBV min(2pp, m + r + 1), DualPipeV 2pp + 1)
+  // in closed form (pipeline.cpp), each holding
   // a chunk's share of the layers. Interleaved: the rank's peak spread evenly over its chunks (meshrun-train
   // grows each chunk's slots to that chunk's own peak, which can add up to more: docs/planner.md).
   const Layout& l = s.layout;
@@ -89,7 +92,9 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   const bool split_types = act_ != stat_;  // unfused: dlogits then get their own buffer (activations' type)
   const double head_grads = last ? nl * h + (!fused_head_ && split_types ? n * vl : 0) : 0;
   const double chunk_grads = layer_grads * layers / s.layout.virtual_stages + head_grads;
-  const double deferred = s.schedule == PipelineSchedule::zero_bubble ? std::min(rank + 1, micro) : 0;
+  // (zbv and dualpipev: the buffers of the rank's chunks from their tables, as meshrun-train allocates them.)
+  const double deferred = s.schedule == PipelineSchedule::zero_bubble ? std::min(rank + 1, micro)
+                          : v_shape ? pipeline_.backward_buffers(s.schedule, l.pp, l.virtual_stages, micro)[rank] : 0;
   double ws = deferred * chunk_grads * A + s.layout.virtual_stages * std::max(layer_grads, head_grads) * A;
   // The layer workspace (one per rank): row-parallel outputs (nl and n rows), the MLP and attention
   // backward scratch (the MLP's holds the recomputed SwiGLU output too), the gathered norm output under

@@ -170,11 +170,15 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   const bool moe = m_.experts > 0;
   const double t = s.layout.tp;
   // Full recomputation re-runs the forward before B, and again before a W run apart from its B (zero-bubble).
-  const double again = s.recompute != Recompute::full ? 0.0 : s.schedule == PipelineSchedule::zero_bubble ? 2.0 : 1.0;
+  // (DualPipeV splits only a few backwards at its ends: costed as fused.)
+  const bool split_w = s.schedule == PipelineSchedule::zero_bubble || s.schedule == PipelineSchedule::zbv;
+  const bool v_shape = chunk_placement(s.schedule) == ChunkPlacement::v;
+  const double again = s.recompute != Recompute::full ? 0.0 : split_w ? 2.0 : 1.0;
   // Zero-bubble: the head's W, run apart from its B, computes the logits once more.
-  const double head_w_again = fused_head_ && s.schedule == PipelineSchedule::zero_bubble ? c.head_fwd : 0.0;
+  const double head_w_again = fused_head_ && split_w ? c.head_fwd : 0.0;
 
-  // The slowest rank per micro-batch: most layers, or the last rank's layers plus the output head.
+  // The slowest rank per micro-batch: most layers, or the head's rank's layers plus the output head (the last
+  // rank; rank 0 in a V).
   struct PerMicroBatch {
     TimeParts p;
     double fwd = 0;  // the forward share of p.compute
@@ -195,7 +199,7 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
     return r;
   };
   PerMicroBatch slowest = per_mb(l.max, false);
-  const PerMicroBatch last = per_mb(l.last, true);
+  const PerMicroBatch last = per_mb(v_shape ? l.first : l.last, true);
   if (last.p.step() > slowest.p.step()) slowest = last;
   const TimeParts& mb = slowest.p;
   // Compute windows of one micro-batch on this stage; recomputation runs inside the backward pass.
@@ -236,9 +240,11 @@ PipelineCosts CostModel::time_before_bubble(const Setting& s, const StageLayers&
   const double layer_params = p_.attention / t + p_.norms + (moe ? double(p_.router) : p_.mlp / t);
   const double end_params = double(p_.head > 0 ? p_.head : p_.embedding) / t;
   const int layers_dp = s.layout.pp == 1 ? l.max : std::max({l.max, l.first, l.last});
+  // (In a V rank 0 holds the embedding and the head, as one rank does without a pipeline.)
   const double dense_params =
       s.layout.pp == 1 ? l.max * layer_params + double(p_.embedding + p_.head) / t
-                : std::max(l.max * layer_params, std::max(l.first, l.last) * layer_params + end_params);
+      : v_shape        ? std::max(l.max * layer_params, l.first * layer_params + double(p_.embedding + p_.head) / t)
+                       : std::max(l.max * layer_params, std::max(l.first, l.last) * layer_params + end_params);
   const double expert_params = moe ? layers_dp * (double(m_.experts) / s.layout.ep) * p_.expert / t : 0.0;
   // A transfer of `comm` seconds behind a compute window: the excess is exposed, the hidden part slows
   // compute by overlap_cost.

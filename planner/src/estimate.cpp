@@ -145,7 +145,7 @@ Estimate estimate(const JobConfig& cfg, const Calibration& calibration) {
   s.recompute = *parse_recompute(cfg.training.recompute);
 
   CostModel model(cfg, r.hardware);
-  StageLayers layers = *stage_layers(cfg.model.layers, s.layout.pp, s.layout.virtual_stages);  // validate() checked the split
+  StageLayers layers = *stage_layers(cfg.model.layers, s.layout.pp, s.layout.virtual_stages, chunk_placement(s.schedule));  // validate() checked the split
   AxisLinks links = axis_links(*layout, r.cluster, cp_alltoall_group(cfg.parallel, layout->cp));
   Cost cost;
   model.memory(s, layers, &cost);

@@ -28,6 +28,15 @@ int PipelineSims::peak_live(PipelineSchedule kind, int pp, int v, int m, int ran
       // pp − r − 1 Fs, r (F, B) pairs and the first triple's F all come before the first W: min(pp, m) open;
       // then each (F, B, W) opens one and closes one, and the cool-down only closes.
       return std::min(pp, m);
+    case PipelineSchedule::zbv:
+      // 2(pp − r) − 1 + 2r forwards and the first (F, B, W) triple's F come before the first W: 2pp open,
+      // and every later F follows a W. Below 2pp − 1 micro-batches the dropped ones leave m + r + 1 open
+      // (tests/planner/test_pipeline.cpp checks both against the tables).
+      return std::min(2 * pp, m + rank + 1);
+    case PipelineSchedule::dualpipev:
+      // steps 1–2 open 2pp, step 3's (B, W, F) closes one and opens one, and step 4 (m ≥ 2pp gives it at
+      // least one round) opens its F c0 before its BW c1 closes: 2pp + 1 on every rank.
+      return 2 * pp + 1;
   }
   throw std::invalid_argument("pipeline: unknown schedule");
 }
@@ -49,7 +58,7 @@ PipelineSims::Relative PipelineSims::relative(PipelineSchedule kind, const Pipel
   if (!(unit > 0)) throw std::invalid_argument("pipeline: a layer must cost time");
   auto q = [&](double x) { return std::llround(x / unit * kCostSteps); };
   // Fused schedules see only b + w, so their key ignores the split (more hits).
-  if (kind != PipelineSchedule::zero_bubble)
+  if (!splits_backward(kind))
     return {q(c.f), q(c.b + c.w), 0, q(c.head_f), q(c.head_b + c.head_w), 0, q(c.transfer)};
   return {q(c.f), q(c.b), q(c.w), q(c.head_f), q(c.head_b), q(c.head_w), q(c.transfer)};
 }
@@ -87,6 +96,27 @@ PipelineRun PipelineSims::simulate(PipelineSchedule kind, int pp, int v, int m, 
   return runs_.emplace(std::move(key), PipelineRun{tl.makespan, min_idle}).first->second;
 }
 
+bool PipelineSims::splits_backward(PipelineSchedule kind) {
+  return kind == PipelineSchedule::zero_bubble || kind == PipelineSchedule::zbv || kind == PipelineSchedule::dualpipev;
+}
+
+const std::vector<int>& PipelineSims::backward_buffers(PipelineSchedule kind, int pp, int v, int m) {
+  auto& out = backward_buffers_[{int(kind), pp, v, m}];
+  if (!out.empty()) return out;
+  // Walk each rank's list: a split B takes a buffer of its chunk until the chunk's W of that micro-batch
+  // (Stage::backward_input), which the chunk keeps for reuse; a chunk owns the most it ever held at once.
+  const ScheduleTable t = generate_schedule({kind, pp, v, m});
+  out.assign(pp, 0);
+  std::vector<int> held(t.chunks(), 0), most(t.chunks(), 0);
+  for (int r = 0; r < pp; ++r)
+    for (const Action& a : t.ranks[r]) {
+      if (a.kind == ActionKind::B) most[a.chunk] = std::max(most[a.chunk], ++held[a.chunk]);
+      if (a.kind == ActionKind::W) --held[a.chunk];
+    }
+  for (int c = 0; c < t.chunks(); ++c) out[t.spec.rank_of(c)] += most[c];
+  return out;
+}
+
 const std::vector<int>& PipelineSims::layers_of(int chunks) {
   auto& out = chunk_layers_[chunks];
   if (out.empty()) {
@@ -106,10 +136,10 @@ double PipelineSims::idle_lower_bound(PipelineSchedule kind, int pp, int v, int 
   auto cost = [&](int c, long long per_layer, long long head) {
     return layers[c] * rel(per_layer) + (c == chunks - 1 ? rel(head) : 0);
   };
-  const bool fused = kind != PipelineSchedule::zero_bubble;
+  const bool fused = !splits_backward(kind);
   std::vector<double> busy(pp, 0.0);
   for (int c = 0; c < chunks; ++c)
-    busy[chunk_rank(c, pp)] += m * (cost(c, q.f, q.head_f) + cost(c, q.b, q.head_b) + cost(c, q.w, q.head_w));
+    busy[chunk_rank(c, pp, chunk_placement(kind))] += m * (cost(c, q.f, q.head_f) + cost(c, q.b, q.head_b) + cost(c, q.w, q.head_w));
   double busiest = 0, bound = 0, before = 0;  // before: the chains through chunks 0..r−1
   for (int r = 0; r < pp; ++r) {
     busiest = std::max(busiest, busy[r]);

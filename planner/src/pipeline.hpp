@@ -50,6 +50,11 @@ class PipelineSims {
   // The live slots of the simulated table, cached (the reference the tests and the exhaustive search
   // compare peak_live with).
   const std::vector<int>& peak_live_simulated(PipelineSchedule kind, int pp, int v, int m);
+  // Per rank, the backward buffers of a split schedule (one per B whose W has not run yet, each chunk
+  // keeping its most), read off the generated table and cached: meshrun-train's Stage allocates them so.
+  const std::vector<int>& backward_buffers(PipelineSchedule kind, int pp, int v, int m);
+  // Whether the schedule's table has W apart from B (zb, zbv, dualpipev), so b and w cost apart.
+  static bool splits_backward(PipelineSchedule kind);
   int simulations() const { return simulations_; }
   int tables() const { return tables_; }
 
@@ -70,7 +75,7 @@ class PipelineSims {
   std::set<std::tuple<int, int, int, int>> validated_;  // specs whose table passed validate_schedule
   std::map<std::vector<long long>, PipelineRun> runs_;  // relative to one layer's f + b + w
   std::map<int, std::vector<int>> chunk_layers_;
-  std::map<std::tuple<int, int, int, int>, std::vector<int>> simulated_live_;
+  std::map<std::tuple<int, int, int, int>, std::vector<int>> simulated_live_, backward_buffers_;
 };
 
 }  // namespace meshrun::planner::detail

@@ -114,7 +114,7 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
     throw ConfigError("training.seq_len, training.global_batch_size, model.layers and model.heads must be positive");
 
   // The schedule is the trainer's, not a knob: the search varies virtual stages within its family
-  // (1f1b and interleaved are one family), and keeps gpipe or zb as they are.
+  // (1f1b and interleaved are one family), and keeps gpipe, zb, zbv or dualpipev as they are.
   PipelineSchedule family = *parse_pipeline_schedule(cfg.parallel.pipeline_schedule);
   if (family == PipelineSchedule::one_f_one_b) family = PipelineSchedule::interleaved;
 
@@ -152,9 +152,11 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
         if (t.global_batch_size % dp) { drop_mesh(Drop::batch_dp); continue; }
         std::vector<PipeChoice> pipes;  // valid schedules for this pp
         if (pp == 1) {
-          pipes.push_back({PipelineSchedule::one_f_one_b, 1, *stage_layers(m.layers, 1, 1)});
+          pipes.push_back({PipelineSchedule::one_f_one_b, 1, *stage_layers(m.layers, 1, 1, ChunkPlacement::looped)});
         } else {
-          auto l1 = stage_layers(m.layers, pp, 1);
+          // zbv and dualpipev always run two chunks per rank in a V; the others start from one.
+          const int v1 = scheduled_virtual_stages(family, 1);
+          auto l1 = stage_layers(m.layers, pp, v1, chunk_placement(family));
           if (!l1) { drop_mesh(Drop::layers_pp); continue; }
           if (family == PipelineSchedule::interleaved) {  // 1F1B is its v = 1 case; v only where the layers split
             pipes.push_back({PipelineSchedule::one_f_one_b, 1, *l1});
@@ -164,9 +166,10 @@ SearchResult search(const JobConfig& cfg, int top_n, SearchPath path) {
               for (int c : divisors(n))
                 if (c % pp == 0 && c / pp >= 2) vs.insert(c / pp);
             for (int v : vs)
-              if (auto lv = stage_layers(m.layers, pp, v)) pipes.push_back({PipelineSchedule::interleaved, v, *lv});
+              if (auto lv = stage_layers(m.layers, pp, v, ChunkPlacement::looped))
+                pipes.push_back({PipelineSchedule::interleaved, v, *lv});
           } else {
-            pipes.push_back({family, 1, *l1});
+            pipes.push_back({family, v1, *l1});
           }
         }
         const std::vector<int> micro_batches = divisors(t.global_batch_size / dp);

@@ -25,6 +25,8 @@ TABLE = [
      'training.recompute = "full" with model.experts: meshrun-train does not rerun an expert layer\'s routing and dispatch in the backward; use "selective" (norm outputs and the SwiGLU outputs, the experts\' too) or "none"'),
     ("cp-alltoall", "tiny.toml", {"parallel": {"cp": "2", "cp_comm": '"alltoall"'}},
      'parallel.cp_comm = "alltoall" scatters each rank\'s attention heads over 2 CP ranks, but its heads (model.heads/tp = 2) and kv heads (model.kv_heads/tp = 1) are not both divisible by 2: use "ring" or "allgather", a smaller all-to-all group, or a smaller tp'),
+    ("dualpipev-microbatches", "tiny.toml", {"parallel": {"tp": "1", "pp": "2", "pipeline_schedule": '"dualpipev"'}},
+     'only 2 micro-batches per step for pipeline_schedule = "dualpipev" at pp=2, which needs at least 2·pp = 4 (one per chunk, as DeepSeek\'s DualPipeV asserts); raise training.global_batch_size or lower micro_batch_size'),
     ("kv-heads-tp", "tiny.toml", {"model": {"kv_heads": "1"}},
      "model.kv_heads=1 is not divisible by tp=2; each TP rank needs whole KV heads (GQA): use tp in {1}"),
     ("layers-pp", "tiny.toml", {"model": {"layers": "5"}, "parallel": {"tp": "1", "pp": "2"}},

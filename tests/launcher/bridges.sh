@@ -70,6 +70,15 @@ refused "megatron, tp-cp-ep-pp-dp with unequal dense and expert DP" "needs the e
   "$T/mixtral-8x7b.toml" --set parallel.order=tp-cp-ep-pp-dp --for megatron
 refused "megatron, zero-bubble" "Megatron-LM runs 1F1B and interleaved 1F1B pipelines" "$T/tiny.toml" --set parallel.pp=2 \
   --set parallel.pipeline_schedule=zb --set parallel.tp=1 --for megatron
+refused "megatron, a V schedule" "a V of two chunks per rank, which Megatron-Core's interleaving does not place" \
+  "$T/tiny.toml" --set parallel.pp=2 --set parallel.pipeline_schedule=zbv --set parallel.tp=1 --for megatron
+# V schedules as torch.distributed.pipelining's: two stages per rank, layers per stage = layers / (2 pp).
+for pair in zbv:ZBVZeroBubble dualpipev:DualPipeV; do
+  out=$("$M" plan "$T/tiny.toml" --set parallel.pp=2 --set parallel.tp=1 --set parallel.zero_stage=0 \
+    --set training.micro_batch_size=2 --set parallel.pipeline_schedule=${pair%%:*} --for torchtitan 2>&1)
+  [[ $out == *"--parallelism.pipeline_parallel_schedule ${pair#*:} --parallelism.pipeline_parallel_layers_per_stage 1 --parallelism.num_pp_microbatches 4"* ]] &&
+    pass "torchtitan, ${pair%%:*}: ${pair#*:}, 1 layer per stage, 4 micro-batches" || bad "torchtitan, ${pair%%:*}: $out"
+done
 refused "torchtitan, ZeRO-1" "torchtitan has no ZeRO-1" "$T/tiny.toml" --for torchtitan
 refused "torchtitan, EP with TP" "takes EP ranks from TP first" "$T/mixtral-8x7b.toml" --for torchtitan --set parallel.order=tp-cp-ep-dp-pp
 refused "torchtitan, pp-before-dp order" "torchtitan's device mesh is (pp, dp_replicate, dp_shard, cp, tp)" "$T/llama3-405b.toml" --for torchtitan

@@ -14,8 +14,10 @@ using namespace meshrun;
 
 namespace {
 
-constexpr PipelineSchedule kAll[] = {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b,
-                                     PipelineSchedule::interleaved, PipelineSchedule::zero_bubble};
+constexpr PipelineSchedule kAll[] = {PipelineSchedule::gpipe,       PipelineSchedule::one_f_one_b,
+                                     PipelineSchedule::interleaved, PipelineSchedule::zero_bubble,
+                                     PipelineSchedule::zbv,         PipelineSchedule::dualpipev};
+bool v_shaped(PipelineSchedule k) { return chunk_placement(k) == ChunkPlacement::v; }
 
 // Every spec of the range that the rule accepts: pp 1..8, m pp..4·pp, V in {1, 2, 4}.
 std::vector<ScheduleSpec> valid_specs() {
@@ -100,6 +102,78 @@ TEST_CASE("the spec rule: virtual stages go with interleaved only", "[schedule]"
   fails({PS::interleaved, 4, 2, 6}, "micro-batches per step (6) to be a multiple of pp=4");
   fails({PS::one_f_one_b, 4, 1, 3}, "only 3 micro-batches per step for pp=4");
   fails({PS::zero_bubble, 2, 1, 0}, "at least one micro-batch");
+  // V schedules: two chunks per rank always (resolve_layout turns virtual_stages = 1 into 2), a pipeline,
+  // and DualPipeV's 2·pp micro-batches.
+  REQUIRE(check_schedule_spec({PS::zbv, 4, 2, 4}).empty());
+  REQUIRE(check_schedule_spec({PS::dualpipev, 4, 2, 8}).empty());
+  REQUIRE(scheduled_virtual_stages(PS::zbv, 1) == 2);
+  REQUIRE(scheduled_virtual_stages(PS::dualpipev, 2) == 2);
+  REQUIRE(scheduled_virtual_stages(PS::dualpipev, 3) == 3);  // refused below, not silently changed
+  REQUIRE(scheduled_virtual_stages(PS::interleaved, 1) == 1);
+  REQUIRE(min_microbatches(PS::dualpipev, 4) == 8);
+  REQUIRE(min_microbatches(PS::zbv, 4) == 4);
+  REQUIRE(min_microbatches(PS::dualpipev, 1) == 1);
+  fails({PS::zbv, 4, 3, 8}, "runs exactly two chunks per pipeline rank in a V; set parallel.virtual_stages = 1 or 2");
+  fails({PS::dualpipev, 4, 1, 8}, "virtual_stages=1 does not go with pipeline_schedule = \"dualpipev\"");
+  fails({PS::zbv, 1, 2, 4}, "\"zbv\" needs a pipeline (pp > 1)");
+  fails({PS::dualpipev, 4, 2, 7}, "only 7 micro-batches per step for pipeline_schedule = \"dualpipev\" at pp=4, "
+                                  "which needs at least 2·pp = 8");
+  fails({PS::dualpipev, 4, 2, 2}, "needs at least 2·pp = 8");
+  fails({PS::zbv, 4, 2, 3}, "only 3 micro-batches per step for pp=4");
+}
+
+TEST_CASE("V placement: rank r holds chunks r and 2pp-1-r, the embedding and the head on rank 0", "[schedule]") {
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int c = 0; c < 2 * pp; ++c) {
+      INFO("pp=" << pp << " chunk " << c);
+      REQUIRE(chunk_rank(c, pp, ChunkPlacement::v) == (c < pp ? c : 2 * pp - 1 - c));
+      REQUIRE(chunk_rank(c, pp, ChunkPlacement::looped) == c % pp);
+      REQUIRE(chunk_virtual_stage(c, pp) == c / pp);
+    }
+  REQUIRE(chunk_placement(PipelineSchedule::zbv) == ChunkPlacement::v);
+  REQUIRE(chunk_placement(PipelineSchedule::dualpipev) == ChunkPlacement::v);
+  for (auto k : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved,
+                 PipelineSchedule::zero_bubble})
+    REQUIRE(chunk_placement(k) == ChunkPlacement::looped);
+  // The turn of the V (chunks pp−1 and pp on rank pp−1) hands over in memory: no transfer names it.
+  for (auto k : {PipelineSchedule::zbv, PipelineSchedule::dualpipev}) {
+    const int pp = 4;
+    ScheduleTable t = generate_schedule({k, pp, 2, 8});
+    for (int r = 0; r < pp; ++r)
+      for (const Action& a : t.ranks[r]) {
+        if (a.kind == ActionKind::send_act || a.kind == ActionKind::recv_act) REQUIRE(a.chunk != pp - 1);
+        if (a.kind == ActionKind::send_grad || a.kind == ActionKind::recv_grad) REQUIRE(a.chunk != pp);
+        if (a.kind == ActionKind::F) REQUIRE(r == (a.chunk < pp ? a.chunk : 2 * pp - 1 - a.chunk));
+      }
+  }
+}
+
+TEST_CASE("ZBV and DualPipeV idle half of ZB-H1 (Qi et al. 2024; DeepSeek-V3)", "[schedule]") {
+  // Per chunk F = B = W = 1, fused BW = 2, transfers free. A V chunk is half a stage, so ZB-H1's stage of
+  // F = B = W = 2 is the comparison: ZB-H1 idles (p−1)(F+B−W) = 2(p−1) per rank; ZBV and DualPipeV idle
+  // only the ramp of p−1 chunk forwards, half of it. Memory: ZBV holds 2p chunk slots on every rank
+  // (1F1B's p stages, the paper's claim); DualPipeV one more (DeepSeek's PP+1 stage activations, halved).
+  for (int p = 2; p <= 8; ++p)
+    for (int m = 2 * p; m <= 4 * p; ++m) {
+      INFO("pp=" << p << " m=" << m);
+      ScheduleCosts stage;
+      stage.f = stage.b = stage.w = {2.0};
+      Timeline zb = simulate_schedule(generate_schedule({PipelineSchedule::zero_bubble, p, 1, m}), stage);
+      Timeline zbv = simulate_schedule(generate_schedule({PipelineSchedule::zbv, p, 2, m}), unit_costs());
+      Timeline dpv = simulate_schedule(generate_schedule({PipelineSchedule::dualpipev, p, 2, m}), unit_costs());
+      for (int r = 0; r < p; ++r) {
+        REQUIRE(zb.idle[r] == Approx(2.0 * (p - 1)));
+        REQUIRE(zbv.idle[r] == Approx(p - 1.0));
+        REQUIRE(dpv.idle[r] == Approx(p - 1.0));
+        REQUIRE(zbv.peak_live_per_rank[r] == 2 * p);
+        REQUIRE(dpv.peak_live_per_rank[r] == 2 * p + 1);
+      }
+      REQUIRE(zbv.makespan == Approx(6.0 * m + p - 1));
+      REQUIRE(dpv.makespan == Approx(6.0 * m + p - 1));
+    }
+  // Below 2p − 1 micro-batches ZBV still runs (PyTorch drops the padded ones) with a longer ramp.
+  Timeline short_step = simulate_schedule(generate_schedule({PipelineSchedule::zbv, 4, 2, 4}), unit_costs());
+  REQUIRE(short_step.makespan > 6.0 * 4 + 3);
 }
 
 TEST_CASE("every generated table is valid, complete and ordered", "[schedule]") {
@@ -146,6 +220,8 @@ TEST_CASE("every generated table is valid, complete and ordered", "[schedule]") 
           REQUIRE(list[i + 1].microbatch == a.microbatch);
           REQUIRE(list[i + 1].chunk == a.chunk - 1);
         }
+        // (In a V a send may wait behind sends its receiver takes first: after its producer, not right after.)
+        if (v_shaped(spec.kind)) continue;
         if (a.kind == ActionKind::send_act) REQUIRE((i > 0 && list[i - 1] == Action{ActionKind::F, a.microbatch, a.chunk, -1}));
         if (a.kind == ActionKind::send_grad) {
           REQUIRE(i > 0);
@@ -164,7 +240,7 @@ TEST_CASE("every generated table is valid, complete and ordered", "[schedule]") 
     bool split = std::any_of(t.ranks.begin(), t.ranks.end(), [](auto& l) {
       return std::any_of(l.begin(), l.end(), [](auto& a) { return a.kind == ActionKind::W; });
     });
-    REQUIRE(split == (spec.kind == PipelineSchedule::zero_bubble));
+    REQUIRE(split == (spec.kind == PipelineSchedule::zero_bubble || v_shaped(spec.kind)));
   }
   // The range is not vacuous: 8 pp values × (3·pp+1) m values for each V = 1 schedule, and V ∈ {2, 4} with
   // m ∈ {pp, 2pp, 3pp, 4pp} for interleaved on pp = 2..8.
@@ -172,6 +248,9 @@ TEST_CASE("every generated table is valid, complete and ordered", "[schedule]") 
   REQUIRE(covered[PipelineSchedule::one_f_one_b] == 116);
   REQUIRE(covered[PipelineSchedule::zero_bubble] == 116);
   REQUIRE(covered[PipelineSchedule::interleaved] == 7 * 4 * 2);
+  // zbv on pp = 2..8 with V = 2 and every m from pp to 4pp; dualpipev from 2pp to 4pp.
+  REQUIRE(covered[PipelineSchedule::zbv] == 112);
+  REQUIRE(covered[PipelineSchedule::dualpipev] == 77);
 }
 
 TEST_CASE("every generated table pairs sends and receives per peer in order", "[schedule]") {
@@ -211,7 +290,7 @@ TEST_CASE("unit-cost bubbles equal the textbook values", "[schedule]") {
   // (p−1)·(F+BW) = 3(p−1) per rank over a makespan of 3(m+p−1): bubble (p−1)/(m+p−1). Interleaved with the
   // same per-chunk costs: (p−1)·3 idle over 3(V·m+p−1).
   for (const auto& spec : valid_specs()) {
-    if (spec.kind == PipelineSchedule::zero_bubble) continue;
+    if (spec.kind == PipelineSchedule::zero_bubble || v_shaped(spec.kind)) continue;  // split B/W: tested below
     INFO(describe(spec));
     const int p = spec.pp, m = spec.microbatches, v = spec.virtual_stages;
     Timeline tl = simulate_schedule(generate_schedule(spec), unit_costs());
@@ -287,6 +366,18 @@ TEST_CASE("the validator rejects broken tables naming the action", "[schedule]")
     l.erase(it);
   };
 
+  SECTION("a transfer across the turn of a V") {
+    ScheduleTable v = generate_schedule({PipelineSchedule::zbv, 2, 2, 4});
+    v.ranks[1].push_back({ActionKind::send_act, 0, 1, 1});
+    REQUIRE(has_problem(validate_schedule(v), "rank 1: send_act(mb=0, chunk=1 -> rank 1) is a transfer between "
+                                              "chunks 1 and 2, which both live on rank 1 and hand over in memory"));
+  }
+  SECTION("a V table's action on a looped schedule's rank") {
+    ScheduleTable v = generate_schedule({PipelineSchedule::dualpipev, 2, 2, 4});
+    erase(v, 0, {ActionKind::F, 0, 3, -1});
+    v.ranks[1].push_back({ActionKind::F, 0, 3, -1});  // chunk 3 = 2pp−1 lives on rank 0 in a V, not 3 mod 2
+    REQUIRE(has_problem(validate_schedule(v), "rank 1: F(mb=0, chunk=3) is on the wrong rank: chunk 3 lives on rank 0"));
+  }
   SECTION("a missing W") {
     erase(zb, 2, {ActionKind::W, 5, 2, -1});
     auto p = validate_schedule(zb);

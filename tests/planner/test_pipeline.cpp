@@ -15,7 +15,7 @@ TEST_CASE("live slots in closed form equal the simulated tables", "[planner][pip
   // rank), and pp = 1 for the schedules that allow it.
   int checked = 0;
   for (auto kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zero_bubble,
-                    PipelineSchedule::interleaved})
+                    PipelineSchedule::interleaved, PipelineSchedule::zbv, PipelineSchedule::dualpipev})
     for (int pp = 1; pp <= 8; ++pp)
       for (int v = 1; v <= 4; ++v)
         for (int m = 1; m <= 6 * pp; ++m) {
@@ -25,7 +25,9 @@ TEST_CASE("live slots in closed form equal the simulated tables", "[planner][pip
           REQUIRE(sims.peak_live(kind, pp, v, m) == sims.peak_live_simulated(kind, pp, v, m));
           ++checked;
         }
-  REQUIRE(checked == 3 * (6 + 182) + 7 * 3 * 6);  // pp = 1: m 1..6; pp ≥ 2: m pp..6·pp; interleaved: m a multiple of pp
+  // pp = 1: m 1..6; pp ≥ 2: m pp..6·pp; interleaved: m a multiple of pp; zbv (V = 2, pp ≥ 2): m pp..6·pp;
+  // dualpipev: m 2pp..6pp.
+  REQUIRE(checked == 3 * (6 + 182) + 7 * 3 * 6 + 182 + 147);
   // Long steps the search meets (m up to kMaxScheduleSlots / (pp·V)): GPipe grows with m, the others not.
   PipelineSims sims(256);
   REQUIRE(sims.peak_live(PipelineSchedule::gpipe, 4, 1, 4096) == sims.peak_live_simulated(PipelineSchedule::gpipe, 4, 1, 4096));
@@ -33,6 +35,9 @@ TEST_CASE("live slots in closed form equal the simulated tables", "[planner][pip
           sims.peak_live_simulated(PipelineSchedule::interleaved, 16, 8, 512));
   REQUIRE(sims.peak_live(PipelineSchedule::zero_bubble, 64, 1, 1024) ==
           sims.peak_live_simulated(PipelineSchedule::zero_bubble, 64, 1, 1024));
+  REQUIRE(sims.peak_live(PipelineSchedule::zbv, 64, 2, 512) == sims.peak_live_simulated(PipelineSchedule::zbv, 64, 2, 512));
+  REQUIRE(sims.peak_live(PipelineSchedule::dualpipev, 32, 2, 1024) ==
+          sims.peak_live_simulated(PipelineSchedule::dualpipev, 32, 2, 1024));
   REQUIRE(sims.tables() == 0);  // none of this simulated a bubble
 }
 
@@ -74,10 +79,12 @@ TEST_CASE("the idle lower bound never exceeds the simulated idle", "[planner][pi
       {1, 1, 1, 0, 0, 0, 0}, {1, 1.2, 0.8, 2.5, 3, 2, 0.1}, {1, 1.5, 0.5, 0.3, 0.3, 0.3, 0.6}, {0.7, 2.1, 0.9, 1, 1, 1, 0.05}};
   int checked = 0;
   for (auto kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zero_bubble,
-                    PipelineSchedule::interleaved})
+                    PipelineSchedule::interleaved, PipelineSchedule::zbv, PipelineSchedule::dualpipev})
     for (int pp : {2, 3, 4, 8})
-      for (int v : kind == PipelineSchedule::interleaved ? std::vector<int>{2, 4} : std::vector<int>{1})
-        for (int m = pp; m <= 4 * pp; m += (v == 1 ? 1 : pp)) {
+      for (int v : kind == PipelineSchedule::interleaved                          ? std::vector<int>{2, 4}
+                   : meshrun::chunk_placement(kind) == meshrun::ChunkPlacement::v ? std::vector<int>{2}
+                                                                                  : std::vector<int>{1})
+        for (int m = meshrun::min_microbatches(kind, pp); m <= 4 * pp; m += (kind == PipelineSchedule::interleaved ? pp : 1)) {
           PipelineSims sims(2 * pp * v - 2);  // two layers per chunk, one on the first and the last
           for (const PipelineCosts& c : costs) {
             INFO(meshrun::pipeline_schedule_name(kind) << " pp=" << pp << " V=" << v << " m=" << m);
@@ -99,7 +106,7 @@ TEST_CASE("the planner's makespan-only simulation equals the full timeline's", "
   // drops only the per-action record: same makespan and idle per rank, bit for bit, with per-chunk costs.
   int checked = 0;
   for (auto kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zero_bubble,
-                    PipelineSchedule::interleaved})
+                    PipelineSchedule::interleaved, PipelineSchedule::zbv, PipelineSchedule::dualpipev})
     for (int pp : {1, 2, 3, 5, 8})
       for (int v : {1, 2, 3})
         for (int m : {pp, 2 * pp + 1, 4 * pp}) {
@@ -121,5 +128,24 @@ TEST_CASE("the planner's makespan-only simulation equals the full timeline's", "
           REQUIRE(fast.idle == full.idle);
           ++checked;
         }
-  REQUIRE(checked == 61);
+  REQUIRE(checked == 61 + 12 + 8);  // zbv: 4 pp × 3 m; dualpipev: m ≥ 2pp leaves 2 of the 3
+}
+
+TEST_CASE("backward buffers: one per B waiting for its W, the most each chunk held", "[planner][pipeline]") {
+  PipelineSims sims(16);
+  // ZB-H1 defers r + 1 on rank r (the planner's closed form for zb); 1F1B's fused BW takes none.
+  for (int pp : {2, 4, 8}) {
+    INFO("pp=" << pp);
+    const auto& zb = sims.backward_buffers(PipelineSchedule::zero_bubble, pp, 1, 4 * pp);
+    for (int r = 0; r < pp; ++r) REQUIRE(zb[r] == r + 1);
+    for (int b : sims.backward_buffers(PipelineSchedule::one_f_one_b, pp, 1, 4 * pp)) REQUIRE(b == 0);
+    // ZBV: chunk c0 defers r + 1 in the cool-down, c1 r (at least the one its immediate W frees).
+    const auto& zbv = sims.backward_buffers(PipelineSchedule::zbv, pp, 2, 4 * pp);
+    for (int r = 0; r < pp; ++r) REQUIRE(zbv[r] == r + 1 + std::max(r, 1));
+    // DualPipeV splits only its ramps' backwards: some rank holds buffers, none more than ZBV's.
+    const auto& dpv = sims.backward_buffers(PipelineSchedule::dualpipev, pp, 2, 4 * pp);
+    int total = 0;
+    for (int r = 0; r < pp; ++r) total += dpv[r];
+    REQUIRE(total > 0);
+  }
 }

@@ -32,7 +32,8 @@
 // mprotect calls per buffer per backend call) the program runs a subset that still reaches every
 // communication and host-access path once: fp32 everywhere but one fp64 layout (the trainer's double
 // instantiation); tp2 x dp2 with sequence parallelism and dp2 with gradient accumulation, each at every ZeRO
-// stage; the pipeline schedules GPipe, 1F1B with dp, interleaved, ZB, ZB with tp, dp, ZeRO-3 and SP; CP ring
+// stage; the pipeline schedules GPipe, 1F1B with dp, interleaved, ZB, ZB with tp, dp, ZeRO-3 and SP, ZBV alone and
+// with dp and ZeRO-3, DualPipeV at pp4; CP ring
 // and all-gather alone, with tp + SP, dp + ZeRO-3 and pp; MoE with ep = dp, edp = 2 ZeRO-3, tp + SP, pp ZB, cp
 // and the skewed router; one router_aux = "hf" layout; the blend. Not the negative tests and the activation
 // accounting, which check the comparisons and counters, not the device seam; the plain run covers the rest.
@@ -179,7 +180,8 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
   layout.dp = c.dp;
   layout.pp = c.pp;
   layout.ep = c.ep;
-  layout.virtual_stages = c.virtual_stages;
+  // What resolve_layout does: zbv and dualpipev run virtual_stages = 1 as their two chunks per rank.
+  layout.virtual_stages = scheduled_virtual_stages(*parse_pipeline_schedule(c.schedule), c.virtual_stages);
   layout.zero_stage = c.zero;
   layout.sequence_parallel = c.sp;
   std::string err;
@@ -630,9 +632,14 @@ int main(int argc, char** argv) {
       {4, 1, 1, 0, false, "interleaved", 2}, {4, 1, 1, 0, false, "zb", 1},
       {2, 2, 1, 0, false, "zb", 1},    {2, 1, 2, 1, false, "1f1b", 1}, {2, 1, 2, 3, false, "zb", 1},
       {2, 2, 1, 0, true, "interleaved", 2}, {2, 2, 2, 1, false, "1f1b", 1}, {2, 2, 2, 3, true, "zb", 1},
+      // V schedules (two chunks per rank; virtual_stages 1 and 2 both mean two): pp2, pp2 × dp2, pp4.
+      {2, 1, 1, 0, false, "zbv", 1},   {2, 1, 1, 0, false, "dualpipev", 2}, {4, 1, 1, 0, false, "zbv", 2},
+      {4, 1, 1, 0, false, "dualpipev", 1}, {2, 1, 2, 3, false, "zbv", 1}, {2, 1, 2, 1, false, "dualpipev", 1},
+      {2, 2, 1, 0, true, "dualpipev", 1},
   };
   std::map<std::string, Run> flat;  // the same layouts with pp = 1, by Case::str()
-  const std::vector<int> strict_pipes{0, 2, 3, 8, 9, 13};  // gpipe, interleaved, zb, zb tp, 1f1b dp, zb tp dp z3 sp
+  // gpipe, interleaved, zb, zb tp, 1f1b dp, zb tp dp z3 sp, zbv, dualpipev pp4, zbv dp z3
+  const std::vector<int> strict_pipes{0, 2, 3, 8, 9, 13, 14, 17, 18};
   for (const PipeCase& pc : pipes) {
     if (strict && std::find(strict_pipes.begin(), strict_pipes.end(), int(&pc - pipes)) == strict_pipes.end()) continue;
     for (int fp64 = 0; fp64 <= 1; ++fp64) {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # meshrun-train --trace and meshrun plot --timeline (docs/trainer.md, "Timelines"), through the executables.
-# tiny at pp 2 (tp 1, dp 2: 4 ranks) traced for 2 steps with three schedules (1f1b's fused BW, zb's B and W
-# apart, interleaved's two chunks per rank): every rank's file and the merge exist; the merge passes
+# tiny at pp 2 (tp 1, dp 2: 4 ranks) traced for 2 steps with five schedules (1f1b's fused BW, zb's B and W
+# apart, interleaved's two chunks per rank, zbv's and dualpipev's V: rank 0 holds the first and the last chunk): every rank's file and the merge exist; the merge passes
 # trace_check.py (the trace-event format's keys and types, each rank's F/B/W counts = the schedule of
 # `meshrun plan --schedule` for the same layout, sends and receives paired); broken copies of it fail the
 # checker; `meshrun plot --timeline` draws an SVG that parses and prints the measured and the simulated bubble,
@@ -28,9 +28,9 @@ expect_one_line() {
   grep -qF -- "$pattern" "$DIR/err" && pass "$what" || { bad "$what: stderr lacks '$pattern'"; cat "$DIR/err"; }
 }
 
-for sched in 1f1b zb interleaved; do
+for sched in 1f1b zb interleaved zbv dualpipev; do
   extra=(--set parallel.pipeline_schedule=$sched)
-  [[ $sched == zb ]] && extra+=(--set training.micro_batch_size=2)          # 4 micro-batches
+  [[ $sched == zb || $sched == zbv || $sched == dualpipev ]] && extra+=(--set training.micro_batch_size=2)  # 4 micro-batches
   [[ $sched == interleaved ]] && extra+=(--set parallel.virtual_stages=2)   # 4 chunks of 1 layer
   T=$DIR/$sched
   expect 0 "trace: $T/trace.json: steps 1-2, 4 ranks" "$sched: traced steps 1-2 on 4 ranks" -- \

@@ -46,10 +46,10 @@ struct LayoutSpec {
   int tp = 1, cp = 1, pp = 1, ep = 1;
   int dp = 0;                // 0 = "auto": world / (tp·cp·pp)
   std::string order = "tp-cp-ep-dp-pp";
-  int virtual_stages = 1;    // interleaved pipeline chunks per rank
+  int virtual_stages = 1;    // interleaved pipeline chunks per rank (zbv, dualpipev: 1 or 2, run as 2)
   int zero_stage = 0;        // 0..3
   bool sequence_parallel = false;
-  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb | zbv | dualpipev
   std::string cp_comm = "ring";            // context-parallel attention: ring | allgather (Llama 3's) | alltoall
                                            // (Ulysses) | alltoall+ring (Megatron's a2a+p2p)
   int cp_alltoall = 0;                     // alltoall+ring: CP ranks per all-to-all group (0 = unset)

@@ -5,14 +5,17 @@
 // read the same generator and simulator.
 //
 // Chunks: the model is cut into pp·V chunks (mesh's chunk_layers gives their layer counts). Chunk c lives
-// on pipeline rank chunk_rank(c) = c mod pp as its virtual stage c / pp (Megatron's interleaving). Chunk 0
-// holds the embedding, chunk pp·V−1 the head and the loss.
+// on pipeline rank chunk_rank(c) as its virtual stage c / pp: c mod pp for gpipe, 1f1b, zb and interleaved
+// (Megatron's interleaving), a V for zbv and dualpipev (two chunks per rank: chunks 0..pp−1 down the ranks,
+// pp..2pp−1 back up, so rank r holds chunks r and 2pp−1−r). Chunk 0 holds the embedding, chunk pp·V−1 the
+// head and the loss (both on rank 0 in a V). Two consecutive chunks on one rank (pp−1 and pp in a V) hand
+// their activation and gradient over in memory: no transfer is listed between them.
 //
 // Communication semantics (what the validator and the simulator assume, and what the runtime does): a
 // send never blocks (the runtime posts a non-blocking send and completes it before the buffer is reused);
 // a receive blocks until the matching send has been posted. Every activation send of (micro-batch m,
 // chunk c) on rank chunk_rank(c) is matched by one receive of (m, c) on chunk_rank(c+1); every gradient
-// send of (m, c) on chunk_rank(c) by one receive of (m, c) on chunk_rank(c−1). Transfers carry no tag (NCCL
+// send of (m, c) on chunk_rank(c) by one receive of (m, c) on chunk_rank(c−1), when those ranks differ. Transfers carry no tag (NCCL
 // has none; MPI's is fixed): rank a's k-th send to rank b meets b's k-th receive from a (MPI's
 // non-overtaking rule, NCCL's per-peer order), so on every ordered pair of ranks the sends and the receives
 // must name the same tensors in the same order.
@@ -25,10 +28,23 @@
 
 namespace meshrun {
 
-enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble };
-// "gpipe" | "1f1b" | "interleaved" | "zb"
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble, zbv, dualpipev };
+// "gpipe" | "1f1b" | "interleaved" | "zb" | "zbv" | "dualpipev"
 std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view name);
 const char* pipeline_schedule_name(PipelineSchedule s);
+// Every name parse_pipeline_schedule accepts, in the order above, for messages and the config schema.
+const std::vector<std::string>& pipeline_schedule_names();
+
+// Where a schedule puts its chunks (see "Chunks" above).
+enum class ChunkPlacement { looped, v };
+ChunkPlacement chunk_placement(PipelineSchedule s);
+// The chunks per rank a schedule runs for parallel.virtual_stages = requested: zbv and dualpipev always run
+// two (they take 1, the default, or 2 and mean 2), the others what was asked. resolve_layout applies it, so
+// a Layout's virtual_stages is what runs; check_schedule_spec refuses what cannot run.
+int scheduled_virtual_stages(PipelineSchedule s, int requested);
+// The fewest micro-batches per step a schedule runs at pp (1 without a pipeline; pp for the others, a
+// multiple of it for interleaved; 2·pp for dualpipev, DeepSeek's DualPipeV asserting num_chunks ≥ 2·ranks).
+int min_microbatches(PipelineSchedule s, int pp);
 
 enum class ActionKind {
   F,          // forward of (micro-batch, chunk)
@@ -53,11 +69,17 @@ struct Action {
 };
 std::string action_text(const Action& a);  // "F(mb=3, chunk=1)", "send_act(mb=3, chunk=1 -> rank 2)"
 
+inline int chunk_rank(int chunk, int pp, ChunkPlacement placement) {
+  return placement == ChunkPlacement::v && chunk >= pp ? 2 * pp - 1 - chunk : chunk % pp;
+}
+inline int chunk_virtual_stage(int chunk, int pp) { return chunk / pp; }
+
 struct ScheduleSpec {
   PipelineSchedule kind = PipelineSchedule::one_f_one_b;
   int pp = 1;
-  int virtual_stages = 1;  // V; > 1 only with interleaved, which needs it >= 2
+  int virtual_stages = 1;  // V; >= 2 with interleaved, 2 with zbv and dualpipev, else 1
   int microbatches = 1;    // m per optimizer step
+  int rank_of(int chunk) const { return chunk_rank(chunk, pp, chunk_placement(kind)); }
 };
 
 struct ScheduleTable {
@@ -65,9 +87,6 @@ struct ScheduleTable {
   std::vector<std::vector<Action>> ranks;  // [pp][i]: rank's actions in execution order
   int chunks() const { return spec.pp * spec.virtual_stages; }
 };
-
-inline int chunk_rank(int chunk, int pp) { return chunk % pp; }
-inline int chunk_virtual_stage(int chunk, int pp) { return chunk / pp; }
 
 // The size bound of every schedule meshrun generates or simulates outside the trainer: micro-batches per
 // step × pipeline chunks (pp·virtual_stages). `meshrun plan --schedule` draws every slot's F, B, W and
@@ -104,6 +123,15 @@ ScheduleTable generate_schedule(const ScheduleSpec& spec);
 // order than b's receives from a (the first differing message per pair, counted from 0), and deadlock
 // under the semantics above (the message names the blocked actions). Empty = valid.
 std::vector<std::string> validate_schedule(const ScheduleTable& table);
+
+// When a rank may reuse a buffer it sent from without waiting on its peer (a blocking wait there could
+// deadlock a schedule whose receiver takes the message late, e.g. DualPipeV): for every send of rank r (by its
+// index in r's list), the first index of r's list from which r knows the transfer is done — its receiver
+// finished the matching receive before posting a send that r has received by then (happens-before through
+// the table's own messages) — or the list's size when r does not learn it within the step; −1 for actions
+// that are not sends. forward_only: the same for the table's F and activation transfers alone (what
+// evaluation runs). Needs a valid table (validate_schedule empty); throws std::invalid_argument otherwise.
+std::vector<std::vector<int>> sends_known_received(const ScheduleTable& table, bool forward_only = false);
 
 // Costs for the simulator, in any unit. Per chunk (index = chunk) or one value for all when size 1.
 struct ScheduleCosts {

@@ -83,7 +83,7 @@ Stage::Slot& Stage::slot(int mb) {
   if (auto it = live_.find(mb); it != live_.end()) return *it->second;
   Slot* s = nullptr;
   for (auto& p : slots_)
-    if (p->free) {
+    if (p->free && p->reusable_from <= now_) {
       s = p.get();
       break;
     }
@@ -123,13 +123,25 @@ Buf Stage::gradient(int mb) { return slot(mb).dy; }
 Buf Stage::ids(int mb) { return slot(mb).ids.at(0, dims_.n); }
 Buf Stage::targets(int mb) { return slot(mb).targets.at(0, dims_.n); }
 
-void Stage::hold(int mb, Request send, bool gradient) {
+void Stage::hold(int mb, Request send, bool gradient, int known_done) {
   Slot& s = live(mb, "a send");
   s.sends.push_back(std::move(send));
+  s.reusable_from = std::max(s.reusable_from, known_done);
   if (gradient) {
     s.gradient_sent = true;
     release_if_done(mb, s);
   }
+}
+
+void Stage::take_input(int mb, Stage& previous) {
+  be_.copy(slot(mb).x, previous.live(mb, "handing over the output").x);
+}
+
+void Stage::take_output_gradient(int mb, Stage& next) {
+  Slot& from = next.live(mb, "handing over the input gradient");
+  be_.copy(live(mb, "taking the output gradient").dy, from.dy);
+  from.gradient_sent = true;
+  next.release_if_done(mb, from);
 }
 
 void Stage::release_if_done(int mb, Slot& s) {
@@ -142,7 +154,9 @@ void Stage::finish() {
   for (auto& p : slots_) {
     for (Request& r : p->sends) r.wait();
     p->sends.clear();
+    p->reusable_from = 0;
   }
+  now_ = 0;
 }
 
 MoeLayer* Stage::moe_layer(Slot& s, int u, int layer, bool acquire) {

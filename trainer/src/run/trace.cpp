@@ -109,7 +109,7 @@ std::string json_string(const std::string& s) {
   return o;
 }
 
-std::string event_json(const Event& e, int pid, double origin_s, int pp) {
+std::string event_json(const Event& e, int pid, double origin_s, const ScheduleSpec& schedule) {
   // µs with ns resolution; a wait that began before the origin (none: recording starts after it) clamps to 0.
   const double ts = std::max(0.0, (e.t0 - origin_s) * 1e6);
   const double dur = std::max(0.0, (e.t1 - e.t0) * 1e6);
@@ -122,7 +122,7 @@ std::string event_json(const Event& e, int pid, double origin_s, int pp) {
   char buf[160];
   if (e.chunk >= 0 && e.track == kComputeTrack) {
     std::snprintf(buf, sizeof buf, ",\"microbatch\":%d,\"chunk\":%d,\"stage\":%d,\"virtual_stage\":%d", e.microbatch,
-                  e.chunk, chunk_rank(e.chunk, pp), chunk_virtual_stage(e.chunk, pp));
+                  e.chunk, schedule.rank_of(e.chunk), chunk_virtual_stage(e.chunk, schedule.pp));
     s += buf;
   } else if (e.chunk >= 0) {  // a transfer: the chunk that produced the tensor (schedule.hpp)
     std::snprintf(buf, sizeof buf, ",\"microbatch\":%d,\"chunk\":%d", e.microbatch, e.chunk);

@@ -186,13 +186,11 @@ void RunTracer::finish() {
   finished_ = true;
   if (recorder_.recording()) recorder_.end_step();
   const UnboundedIo unbounded;  // file I/O of unknown length: not a hang
-  const int pp = grid_.layout().pp;
-
   // This rank's events, then its own file (a trace of its own, with its process metadata).
   std::string text = metadata_events();
   for (const trace::Event& e : recorder_.events()) {
     text += ",\n";
-    text += trace::event_json(e, rank_, origin_s_, pp);
+    text += trace::event_json(e, rank_, origin_s_, setup_.schedule);
   }
   const long long n_events = static_cast<long long>(recorder_.events().size());
   const long long n_dropped = static_cast<long long>(recorder_.dropped());

@@ -39,6 +39,9 @@ ScheduleSpec schedule_spec(const JobConfig& cfg, const Layout& layout, const Bat
 }
 
 namespace {
+ChunkPlacement placement_of(const JobConfig& cfg) {
+  return chunk_placement(parse_pipeline_schedule(cfg.parallel.pipeline_schedule).value_or(PipelineSchedule::one_f_one_b));
+}
 BatchGeometry geometry_or_throw(const JobConfig& cfg, const Layout& layout) {
   std::string why;
   auto g = batch_geometry(cfg.training, layout, &why);
@@ -114,7 +117,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
              [&] {
                if (faults.edit_chunks) faults.edit_chunks(chunks_);
                for (const ChunkUnits& c : chunks_)
-                 for (int u : c.units) unit_owner_[u] = chunk_rank(c.chunk, grid.layout().pp);
+                 for (int u : c.units) unit_owner_[u] = chunk_rank(c.chunk, grid.layout().pp, placement_of(cfg));
                for (int u = table_.head_unit() + 1; u < static_cast<int>(table_.units.size()); ++u)
                  unit_owner_[u] = unit_owner_[table_.layer_unit(table_.expert_layer(u))];  // experts: their layer's stage
                return unit_groups();
@@ -184,7 +187,7 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
   const int nchunks = l.pp * l.virtual_stages;
   std::vector<Stage*> by_chunk(static_cast<std::size_t>(nchunks), nullptr);
   for (const ChunkUnits& c : chunks_) {
-    if (chunk_rank(c.chunk, l.pp) != coord_.pp) continue;
+    if (chunk_rank(c.chunk, l.pp, placement_of(cfg)) != coord_.pp) continue;
     stages_.push_back(std::make_unique<Stage>(c, dims_, tpctx_, cpctx_, table_, store_, ws_, pos_,
                                                  table_.experts > 0 ? &epctx_ : nullptr, recompute));
     by_chunk[c.chunk] = stages_.back().get();
@@ -199,7 +202,9 @@ Trainer<T>::Trainer(const JobConfig& cfg, const RankGrid& grid, int rank, const 
                            " problems), first: " + problems.front());
   const auto peers = grid.ring_peers(rank, Axis::pp);
   runtime_ = std::make_unique<PipelineRuntime>(by_chunk, pp_, grid.index_in_group(peers.prev, GroupKind::pp),
-                                               grid.index_in_group(peers.next, GroupKind::pp));
+                                               grid.index_in_group(peers.next, GroupKind::pp), placement_of(cfg),
+                                               sends_known_received(schedule_)[coord_.pp],
+                                               sends_known_received(schedule_, /*forward_only=*/true)[coord_.pp]);
 }
 
 template <class T>

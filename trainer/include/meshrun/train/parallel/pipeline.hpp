@@ -29,11 +29,15 @@ class PipelineRuntime {
  public:
   // stages[c]: the stage of chunk c if this rank holds it, else nullptr. pp: the pipeline group, whose
   // rank r is pipeline rank r; prev/next: this rank's ring neighbours in it (from mesh's
-  // RankGrid::ring_peers): activations go to next and come from prev, gradients the other way, and a
-  // table whose peer says otherwise is refused. load(mb, ids, targets): the micro-batch's tokens
-  // (chunk 0 and last).
+  // RankGrid::ring_peers). placement: where the schedule puts the chunks; a transfer goes to the rank of
+  // the chunk that consumes it, which must be prev or next, and a table whose peer says otherwise is
+  // refused. Two consecutive chunks held here hand over in memory (Stage::take_input and
+  // take_output_gradient), which the table lists no transfer for. load(mb, ids, targets): the
+  // micro-batch's tokens (chunk 0 and last).
   using Loader = std::function<void(int mb, Buf ids, Buf targets)>;  // int32 backend buffers [n]
-  PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next);
+  // known_done, known_done_forward: sends_known_received of this rank's list (all of it; forward only).
+  PipelineRuntime(std::vector<Stage*> stages, Comm& pp, int prev, int next, ChunkPlacement placement,
+                  std::vector<int> known_done, std::vector<int> known_done_forward);
 
   // Runs `actions`; returns each micro-batch's Σ cross-entropy (non-zero on the last chunk's rank only).
   // forward_only (evaluation): only the F actions and activation transfers of `actions` run (every rank
@@ -44,10 +48,13 @@ class PipelineRuntime {
 
  private:
   Stage& stage(int chunk, const Action& a);
-  int peer(const Action& a, int expected) const;
+  Stage* held(int chunk) const;  // nullptr when the chunk is on another rank or outside the model
+  int peer(const Action& a, int consumer_chunk) const;
   std::vector<Stage*> stages_;
   Comm& pp_;
   int prev_, next_;
+  ChunkPlacement placement_;
+  std::vector<int> known_done_, known_done_forward_;
 };
 
 }  // namespace meshrun::train

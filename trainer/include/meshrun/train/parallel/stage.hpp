@@ -47,7 +47,16 @@ class Stage {
   void backward_weight(int mb);    // gradients into the store; frees the slot
   void backward_fused(int mb, double loss_scale);  // BW: B and W unit by unit, same numbers as B then W
   // A send from this slot (of its input gradient when `gradient`), completed before the slot is reused.
-  void hold(int mb, Request send, bool gradient);
+  // known_done: the index in the rank's action list from which the transfer is known to be done
+  // (sends_known_received); a freed slot is reused only from the last such index of its sends on, so
+  // reusing it never waits on a peer, and a new slot is taken before that.
+  void hold(int mb, Request send, bool gradient, int known_done);
+  void at_action(int index) { now_ = index; }  // the runtime's position in the list, for the rule above
+  // Hand-overs between consecutive chunks of one rank (the turn of a V), in place of a send and a receive:
+  // this chunk's input is the previous chunk's output, or this chunk's output gradient is the next chunk's
+  // input gradient (which then counts as sent).
+  void take_input(int mb, Stage& previous);
+  void take_output_gradient(int mb, Stage& next);
   void discard(int mb);            // forward only (evaluation): free the slot without a backward
   void finish();                   // completes every pending send (end of a step)
 
@@ -71,6 +80,7 @@ class Stage {
     std::vector<MoeActs> moe;  // per decoder layer of a mixture-of-experts model
     HeadActs head{};
     std::vector<Request> sends;
+    int reusable_from = 0;  // action index from which every send in `sends` is known to be done
     bool free = true, weights_done = false, gradient_sent = false;
   };
   Slot& slot(int mb);
@@ -105,6 +115,7 @@ class Stage {
   std::vector<std::unique_ptr<GradBuffer>> grad_buffers_;
   device::DeviceBuffer unit_grads_;  // one unit's backward part, for fused backwards
   std::map<int, Slot*> live_;
+  int now_ = 0;
 };
 
 }  // namespace meshrun::train

@@ -88,9 +88,9 @@ class Span {
 };
 
 // One event as a trace-event JSON object ("X", complete): pid, tid = its track, ts and dur in µs from
-// origin_s (steady seconds), args (step, microbatch, chunk, stage, virtual_stage, peer, group, ...). pp: the
-// pipeline size, for stage = chunk mod pp.
-std::string event_json(const Event& e, int pid, double origin_s, int pp);
+// origin_s (steady seconds), args (step, microbatch, chunk, stage, virtual_stage, peer, group, ...). schedule:
+// the run's, for a chunk's stage (its pipeline rank, schedule.hpp's placement) and virtual stage.
+std::string event_json(const Event& e, int pid, double origin_s, const ScheduleSpec& schedule);
 
 // A string as a JSON string literal (quotes, backslashes and control bytes escaped).
 std::string json_string(const std::string& s);
