@@ -48,8 +48,10 @@ MemoryParts CostModel::stage_memory(const Setting& s, int layers, int rank) cons
   // a chunk's share of the layers. Interleaved: the rank's peak spread evenly over its chunks (meshrun-train
   // grows each chunk's slots to that chunk's own peak, which can add up to more: docs/planner.md).
   const Layout& l = s.layout;
-  const int live = simulated_live_ ? pipeline_.peak_live_simulated(s.schedule, l.pp, l.virtual_stages, micro)[rank]
-                                   : PipelineSims::peak_live(s.schedule, l.pp, l.virtual_stages, micro, rank);
+  // (V schedules: the slots meshrun-train's chunks allocate, read off the table: a chunk keeps its own peak.)
+  const int live = v_shape           ? pipeline_.activation_slots(s.schedule, l.pp, l.virtual_stages, micro)[rank]
+                   : simulated_live_ ? pipeline_.peak_live_simulated(s.schedule, l.pp, l.virtual_stages, micro)[rank]
+                                     : PipelineSims::peak_live(s.schedule, l.pp, l.virtual_stages, micro, rank);
   const double in_flight_layers = double(live) * layers / l.virtual_stages;
   const double chunk_slots = double(live) / l.virtual_stages;  // slots of the first / the last chunk
 

@@ -117,6 +117,69 @@ const std::vector<int>& PipelineSims::backward_buffers(PipelineSchedule kind, in
   return out;
 }
 
+const std::vector<int>& PipelineSims::activation_slots(PipelineSchedule kind, int pp, int v, int m) {
+  auto& out = activation_slots_[{int(kind), pp, v, m}];
+  if (!out.empty()) return out;
+  const ScheduleTable t = generate_schedule({kind, pp, v, m});
+  const std::vector<std::vector<int>> known = sends_known_received(t);
+  const int chunks = t.chunks(), last = chunks - 1;
+  out.assign(pp, 0);
+  for (int r = 0; r < pp; ++r) {
+    struct Slot {
+      int mb = -1, reusable_from = 0;
+      bool weights = false, handed = false;
+    };
+    std::vector<std::vector<Slot>> pool(chunks);
+    auto find = [&](int c, int mb) -> Slot* {
+      for (Slot& s : pool[c])
+        if (s.mb == mb) return &s;
+      return nullptr;
+    };
+    auto take = [&](int c, int mb, int i) -> Slot& {
+      if (Slot* s = find(c, mb)) return *s;
+      for (Slot& s : pool[c])
+        if (s.mb < 0 && s.reusable_from <= i) return s = Slot{mb, s.reusable_from};
+      pool[c].push_back(Slot{mb, 0});
+      return pool[c].back();
+    };
+    auto release = [&](int c, Slot& s) {
+      if (s.weights && (c == 0 || s.handed)) s.mb = -1, s.weights = s.handed = false;
+    };
+    const auto& list = t.ranks[r];
+    for (int i = 0; i < int(list.size()); ++i) {
+      const Action& a = list[i];
+      switch (a.kind) {
+        case ActionKind::recv_act: take(a.chunk + 1, a.microbatch, i); break;
+        case ActionKind::recv_grad: break;  // into the consumer's live slot
+        case ActionKind::F: take(a.chunk, a.microbatch, i); break;
+        case ActionKind::B:
+        case ActionKind::BW: {
+          if (a.chunk < last && t.spec.rank_of(a.chunk + 1) == r)  // the V's turn: the gradient handed over here
+            if (Slot* s = find(a.chunk + 1, a.microbatch)) s->handed = true, release(a.chunk + 1, *s);
+          Slot& s = *find(a.chunk, a.microbatch);
+          if (a.kind == ActionKind::BW) s.weights = true, release(a.chunk, s);
+          break;
+        }
+        case ActionKind::W: {
+          Slot& s = *find(a.chunk, a.microbatch);
+          s.weights = true, release(a.chunk, s);
+          break;
+        }
+        case ActionKind::send_act:
+        case ActionKind::send_grad: {
+          Slot& s = *find(a.chunk, a.microbatch);
+          s.reusable_from = std::max(s.reusable_from, known[r][i]);
+          if (a.kind == ActionKind::send_grad) s.handed = true, release(a.chunk, s);
+          break;
+        }
+      }
+    }
+    for (int c = 0; c < chunks; ++c)
+      if (t.spec.rank_of(c) == r) out[r] += int(pool[c].size());
+  }
+  return out;
+}
+
 const std::vector<int>& PipelineSims::layers_of(int chunks) {
   auto& out = chunk_layers_[chunks];
   if (out.empty()) {

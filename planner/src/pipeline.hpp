@@ -53,6 +53,12 @@ class PipelineSims {
   // Per rank, the backward buffers of a split schedule (one per B whose W has not run yet, each chunk
   // keeping its most), read off the generated table and cached: meshrun-train's Stage allocates them so.
   const std::vector<int>& backward_buffers(PipelineSchedule kind, int pp, int v, int m);
+  // Per rank, the activation slots meshrun-train's stages allocate for the table (trainer/src/parallel/stage.cpp):
+  // each chunk its own pool, a slot taken at the micro-batch's first use on the chunk (its receive or F), given
+  // back once its W (or BW) has run and its input gradient has gone to the previous chunk (not on chunk 0),
+  // and reused only from where its sends are known received (sends_known_received). Summed over a rank's
+  // chunks, this can exceed the simultaneous peak (peak_live); the V schedules' memory uses it.
+  const std::vector<int>& activation_slots(PipelineSchedule kind, int pp, int v, int m);
   // Whether the schedule's table has W apart from B (zb, zbv, dualpipev), so b and w cost apart.
   static bool splits_backward(PipelineSchedule kind);
   int simulations() const { return simulations_; }
@@ -75,7 +81,7 @@ class PipelineSims {
   std::set<std::tuple<int, int, int, int>> validated_;  // specs whose table passed validate_schedule
   std::map<std::vector<long long>, PipelineRun> runs_;  // relative to one layer's f + b + w
   std::map<int, std::vector<int>> chunk_layers_;
-  std::map<std::tuple<int, int, int, int>, std::vector<int>> simulated_live_, backward_buffers_;
+  std::map<std::tuple<int, int, int, int>, std::vector<int>> simulated_live_, backward_buffers_, activation_slots_;
 };
 
 }  // namespace meshrun::planner::detail

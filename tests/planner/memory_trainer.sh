@@ -99,6 +99,12 @@ for model in tiny mid; do
   NP=4 compare "$model cp4 alltoall+ring" "${common[@]}" "${shape[@]}" --set cluster.gpus_per_node=4 --set parallel.cp=4 \
     --set parallel.cp_comm=alltoall+ring --set parallel.cp_alltoall=2
 done
+# The V schedules (zbv, dualpipev) at pp 2 on tiny: rank 0 holds the first and the last chunk, and each chunk
+# keeps the slots its table makes it allocate (mid's rank 1 holds more layers than rank 0, which the trainer's
+# rank-0 figure cannot show).
+for sched in zbv dualpipev; do
+  compare "tiny pp2 $sched" "${common[@]}" --set parallel.pp=2 --set parallel.pipeline_schedule=$sched
+done
 # bench/trainer-mid.toml as the benchmark runs it (8 layers, hidden 512, sequence 256, one micro-batch of 4),
 # at tp 2, in each mode.
 T=$(dirname "$TEMPLATE")/../bench/trainer-mid.toml
