@@ -340,8 +340,7 @@ void render_svg(std::ostream& out, const RankMap& map, const Config& cfg, const 
     if (layers) {
       // Interleaved and V pipelines: a stage holds every chunk c with chunk_rank(c) == stage; the picture gives
       // the total.
-      const ChunkPlacement placement =
-          chunk_placement(parse_pipeline_schedule(cfg.job.parallel.pipeline_schedule).value_or(PipelineSchedule::one_f_one_b));
+      const ChunkPlacement placement = chunk_placement(cfg.job.parallel.pipeline_schedule);
       int first = 0, count = 0;
       for (int i = 0; i < stage; ++i) first += (*layers)[i];
       for (int c = 0; c < int(layers->size()); ++c)

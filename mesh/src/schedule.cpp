@@ -310,6 +310,11 @@ ChunkPlacement chunk_placement(PipelineSchedule k) {
   return k == PipelineSchedule::zbv || k == PipelineSchedule::dualpipev ? ChunkPlacement::v : ChunkPlacement::looped;
 }
 
+ChunkPlacement chunk_placement(std::string_view schedule_name) {
+  const auto k = parse_pipeline_schedule(schedule_name);
+  return k ? chunk_placement(*k) : ChunkPlacement::looped;
+}
+
 int scheduled_virtual_stages(PipelineSchedule k, int requested) {
   return chunk_placement(k) == ChunkPlacement::v && requested == 1 ? 2 : requested;
 }

@@ -137,7 +137,7 @@ std::vector<Problem> validate(const JobConfig& cfg, const Layout& l, const Clust
     p.push_back({"interleaved", "parallel.pipeline_schedule = \"" + cfg.parallel.pipeline_schedule +
                                     "\" is not known; use \"gpipe\", \"1f1b\", \"interleaved\", \"zb\", \"zbv\" or \"dualpipev\""});
   else {
-    ScheduleSpec spec{*kind, l.pp, l.virtual_stages, std::max(least, 1)};
+    ScheduleSpec spec{*kind, l.pp, l.virtual_stages, least};
     std::string why = check_schedule_spec(spec);  // schedule against virtual stages and pp
     const char* id = "interleaved";
     if (why.empty()) {

@@ -38,6 +38,8 @@ const std::vector<std::string>& pipeline_schedule_names();
 // Where a schedule puts its chunks (see "Chunks" above).
 enum class ChunkPlacement { looped, v };
 ChunkPlacement chunk_placement(PipelineSchedule s);
+// The placement of a parallel.pipeline_schedule name; an unknown name (refused elsewhere) is looped.
+ChunkPlacement chunk_placement(std::string_view schedule_name);
 // The chunks per rank a schedule runs for parallel.virtual_stages = requested: zbv and dualpipev always run
 // two (they take 1, the default, or 2 and mean 2), the others what was asked. resolve_layout applies it, so
 // a Layout's virtual_stages is what runs; check_schedule_spec refuses what cannot run.

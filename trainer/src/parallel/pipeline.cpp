@@ -105,7 +105,7 @@ std::vector<double> PipelineRuntime::run(const std::vector<Action>& actions, int
                pp_.isend(grad ? s.gradient(a.microbatch) : s.activation(a.microbatch),
                          peer(a, grad ? a.chunk - 1 : a.chunk + 1), kTag),
                grad, known[index]);
-        if (forward_only) s.discard(a.microbatch);  // the send completes before the slot is reused
+        if (forward_only) s.discard(a.microbatch);  // reused only once the send is known received
         break;
       }
       case ActionKind::recv_act:

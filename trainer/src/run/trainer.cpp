@@ -39,9 +39,7 @@ ScheduleSpec schedule_spec(const JobConfig& cfg, const Layout& layout, const Bat
 }
 
 namespace {
-ChunkPlacement placement_of(const JobConfig& cfg) {
-  return chunk_placement(parse_pipeline_schedule(cfg.parallel.pipeline_schedule).value_or(PipelineSchedule::one_f_one_b));
-}
+ChunkPlacement placement_of(const JobConfig& cfg) { return chunk_placement(cfg.parallel.pipeline_schedule); }
 BatchGeometry geometry_or_throw(const JobConfig& cfg, const Layout& layout) {
   std::string why;
   auto g = batch_geometry(cfg.training, layout, &why);
