@@ -3,7 +3,11 @@
 # PyTorch on one thread: Llama-style decoder (RMSNorm, RoPE, grouped-query causal attention, SwiGLU,
 # untied head), cross-entropy, gradient accumulation over micro-batches, clipping, AdamW; fp32.
 # Prints one line: the median ms per step over the steps after the first.
-# usage: bench/torch_step.py LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB SEQ BATCH MICRO STEPS
+# usage: bench/torch_step.py LAYERS HIDDEN FFN HEADS KV_HEADS VOCAB SEQ BATCH MICRO STEPS [DEVICE]
+# DEVICE cuda (bench/gpu/train_check.sh): the same step on the GPU as meshrun's CUDA backend keeps it, fp32
+# parameters, gradients and AdamW moments with the matmuls and attention in bf16 (torch.autocast), attention
+# through scaled_dot_product_attention (causal, grouped-query: PyTorch's fused flash kernel), fused AdamW;
+# timed between torch.cuda.synchronize() calls. Default cpu: fp32 on one thread (bench/cpu_bench.sh).
 import math
 import statistics
 import sys
@@ -12,8 +16,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-torch.set_num_threads(1)
 L, H, FF, NH, NKV, V, S, B, MB, STEPS = (int(a) for a in sys.argv[1:11])
+DEVICE = sys.argv[11] if len(sys.argv) > 11 else "cpu"
+if DEVICE not in ("cpu", "cuda"):
+    sys.exit(f"torch_step.py: DEVICE must be cpu or cuda, not {DEVICE!r}")
+GPU = DEVICE == "cuda"
+if GPU and not torch.cuda.is_available():
+    sys.exit("torch_step.py: DEVICE cuda, but torch.cuda.is_available() is False")
+if not GPU:
+    torch.set_num_threads(1)
 D = H // NH
 
 
@@ -62,10 +73,14 @@ class Model(torch.nn.Module):
             k = l.k(h).view(b, S, NKV, D).transpose(1, 2)
             v = l.v(h).view(b, S, NKV, D).transpose(1, 2)
             q, k = rope(q, self.cos, self.sin), rope(k, self.cos, self.sin)
-            k = k.repeat_interleave(NH // NKV, dim=1)
-            v = v.repeat_interleave(NH // NKV, dim=1)
-            att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D) + self.mask, dim=-1)
-            x = x + l.o((att @ v).transpose(1, 2).reshape(b, S, H))
+            if GPU:
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            else:
+                k = k.repeat_interleave(NH // NKV, dim=1)
+                v = v.repeat_interleave(NH // NKV, dim=1)
+                att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D) + self.mask, dim=-1)
+                a = att @ v
+            x = x + l.o(a.transpose(1, 2).reshape(b, S, H))
             h = rmsnorm(x, l.ln2)
             x = x + l.down(F.silu(l.gate(h)) * l.up(h))
         logits = self.head(rmsnorm(x, self.norm))
@@ -73,18 +88,24 @@ class Model(torch.nn.Module):
 
 
 torch.manual_seed(1)
-model = Model()
-opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-data = torch.randint(0, V, (B, S + 1))
+model = Model().to(DEVICE)
+model.cos, model.sin, model.mask = model.cos.to(DEVICE), model.sin.to(DEVICE), model.mask.to(DEVICE)
+opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, **({"fused": True} if GPU else {}))
+data = torch.randint(0, V, (B, S + 1), device=DEVICE)
 times = []
 for step in range(STEPS):
+    if GPU:
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=False)
     for m in range(0, B, MB):
         chunk = data[m : m + MB]
-        loss = model(chunk[:, :-1], chunk[:, 1:]) / (B * S)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=GPU):
+            loss = model(chunk[:, :-1], chunk[:, 1:]) / (B * S)
         loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    if GPU:
+        torch.cuda.synchronize()
     times.append((time.perf_counter() - t0) * 1000.0)
 print(f"{statistics.median(times[1:]):.3f}")

@@ -25,4 +25,11 @@ int cuda_device_count(std::string* why) {
   return n;
 }
 
+std::string cuda_current_device_name() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
+  return prop.name;
+}
+
 }  // namespace meshrun::device

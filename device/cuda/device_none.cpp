@@ -12,6 +12,8 @@ int cuda_device_count(std::string* why) {
   return 0;
 }
 
+std::string cuda_current_device_name() { return ""; }
+
 std::unique_ptr<Backend> make_cuda_backend(const Precision&, int) {
   throw std::invalid_argument("this build has no CUDA backend (configure with -DMESHRUN_CUDA=ON, docs/gpu.md)");
 }

@@ -32,6 +32,20 @@ const GpuPerf* find_gpu(std::string_view name) {
   return nullptr;
 }
 
+const GpuPerf* gpu_for_device_name(std::string_view n) {
+  const auto has = [n](std::string_view part) { return n.find(part) != std::string_view::npos; };
+  // The runtime's names (nvidia-smi --query-gpu=name prints the same): "NVIDIA H100 80GB HBM3" (SXM5),
+  // "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA A100-SXM4-80GB",
+  // "NVIDIA B200", "NVIDIA GB200".
+  if (has("PCIe") || has("NVL")) return nullptr;
+  if (has("GB200")) return find_gpu("gb200");
+  if (has("B200")) return find_gpu("b200");
+  if (has("H200")) return find_gpu("h200");
+  if (has("H100") && (has("HBM3") || has("SXM"))) return find_gpu("h100-sxm");
+  if (has("A100") && has("SXM4-80GB")) return find_gpu("a100-80gb");
+  return nullptr;
+}
+
 namespace {
 // What every generation shares: the tile shape (NVIDIA "Matrix Multiplication Background" guide: cuBLAS's
 // largest tiles are 256×128 / 128×256), n½, NCCL's latencies (src/graph/tuning.cc, ncclTopoTuneModel:

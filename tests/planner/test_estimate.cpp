@@ -386,6 +386,20 @@ TEST_CASE("renderers: table and JSON carry the contract keys", "[planner][render
   CHECK(estimate_json(estimate(job)).find("\"overflow\":null") != std::string::npos);
 }
 
+TEST_CASE("CUDA device names map to the catalogue only where the name says which part it is", "[planner][catalogue]") {
+  const auto key = [](const char* n) { const GpuPerf* g = gpu_for_device_name(n); return g ? g->name : std::string("-"); };
+  CHECK(key("NVIDIA H100 80GB HBM3") == "h100-sxm");
+  CHECK(key("NVIDIA H200") == "h200");
+  CHECK(key("NVIDIA A100-SXM4-80GB") == "a100-80gb");
+  CHECK(key("NVIDIA B200") == "b200");
+  CHECK(key("NVIDIA GB200") == "gb200");
+  // Other peaks than the catalogue's entries: no MFU rather than a wrong one.
+  for (const char* other : {"NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA A100-SXM4-40GB",
+                            "NVIDIA A100-PCIE-40GB", "NVIDIA L40S", "meshrun emulated CUDA device (host CPU)", ""})
+    CHECK(key(other) == "-");
+  CHECK(gpu_for_device_name("NVIDIA H100 80GB HBM3")->bf16_tflops == 989);
+}
+
 TEST_CASE("GPU generations: each catalogue GPU names its constants, a GPU outside the catalogue gets hopper's",
           "[planner][generation]") {
   CHECK(find_gpu("a100-80gb")->generation == "ampere");

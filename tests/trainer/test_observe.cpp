@@ -1,5 +1,6 @@
 // The pure parts of meshrun-train's run observation: the straggler verdict (trainer/src/run/stragglers.cpp),
 // how a rank is named (heartbeat.cpp), MFU (step_log.cpp).
+#include <cmath>
 #include <catch2/catch.hpp>
 
 #include "../../trainer/src/run/heartbeat.hpp"
@@ -60,7 +61,7 @@ TEST_CASE("MFU: model FLOPs of a step over the peak, from the shared formula", "
   CHECK(u.flops_per_step == Approx(6.0 * 770048 * 1024 + 6.0 * 4 * 64 * 4 * 32 * 1024));
   CHECK(u.mfu(u.flops_per_step / 1e11) == Approx(1.0));
   CHECK(u.mfu(2 * u.flops_per_step / 1e11) == Approx(0.5));
-  CHECK(Utilization{1e9, 0, ""}.mfu(1.0) == 0);  // no peak: no MFU
+  CHECK(std::isnan(Utilization{1e9, 0, ""}.mfu(1.0)));  // no peak (a GPU outside the catalogue): no MFU, null
 }
 
 TEST_CASE("expert_rank_imbalance: the busiest EP rank's rows over the mean rank's, summed over layers", "[observe]") {

@@ -27,6 +27,10 @@ struct GpuPerf {
 };
 const std::vector<GpuPerf>& gpu_catalogue();
 const GpuPerf* find_gpu(std::string_view name);
+// The catalogue entry of a device as the CUDA runtime names it ("NVIDIA H100 80GB HBM3" -> h100-sxm), or
+// nullptr where the name does not say which entry it is: an H100 PCIe or NVL, an H200 NVL or an A100 40GB have
+// other peaks and are not catalogued.
+const GpuPerf* gpu_for_device_name(std::string_view device_name);
 
 // The cost model's constants, one set per GPU generation (fitted on published runs, docs/planner.md
 // "Constants"). The same for every model: nothing here is tuned per model.

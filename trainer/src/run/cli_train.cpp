@@ -585,7 +585,9 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   check_save_writable(ck, rank);
   const MetricsTarget metrics_to = metrics_target(args.metrics, args.no_metrics, cfg);
   MetricsFile metrics = open_metrics(metrics_to.path, start, rank);
-  const PeakFlops peak = measure_cpu_peak(MPI_COMM_WORLD, cfg.training.dtype);
+  // On GPUs the data sheet's peak; the CPU's is measured (a GPU run against a CPU matmul would be meaningless).
+  const PeakFlops peak = cfg.training.device == "cuda" ? catalogue_gpu_peak(MPI_COMM_WORLD)
+                                                       : measure_cpu_peak(MPI_COMM_WORLD, cfg.training.dtype);
   const int cpus = node_cpus(MPI_COMM_WORLD, places);  // collective
   const Utilization util = utilization(cfg, peak.flops_per_s, peak.source);
   if (rank == 0) {

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <vector>
 
+#include "meshrun/device/backend.hpp"
 #include "meshrun/kernels/cpu.hpp"
+#include "meshrun/planner_catalogue.hpp"
 
 namespace meshrun::train::cli {
 
@@ -47,6 +49,30 @@ PeakFlops measure_cpu_peak(MPI_Comm world, const std::string& dtype, double seco
   char b[200];
   std::snprintf(b, sizeof b, "measured: %d rank%s at once, %s matmul %s (%s kernel)", ranks, ranks == 1 ? "" : "s",
                 dtype == "fp64" ? "fp64" : "fp32", kProbeShape, kernels::cpu::matmul_isa_name(kernels::cpu::matmul_isa()));
+  p.source = b;
+  return p;
+}
+
+PeakFlops catalogue_gpu_peak(MPI_Comm world) {
+  const std::string name = device::cuda_current_device_name();
+  const planner::GpuPerf* gpu = planner::gpu_for_device_name(name);
+  // Every rank's own device: a job whose GPUs are not all catalogued gets no peak (no MFU), not a guess.
+  const int mine_known = gpu ? 1 : 0;
+  int all_known = 0, ranks = 1;
+  MPI_Allreduce(&mine_known, &all_known, 1, MPI_INT, MPI_MIN, world);
+  MPI_Comm_size(world, &ranks);
+  const double mine = gpu ? gpu->bf16_tflops * 1e12 : 0.0;
+  PeakFlops p;
+  MPI_Allreduce(&mine, &p.flops_per_s, 1, MPI_DOUBLE, MPI_SUM, world);
+  char b[300];
+  if (!all_known) {
+    p.flops_per_s = 0;
+    std::snprintf(b, sizeof b, "not known: %s%s%s is not in meshrun's GPU catalogue (planner/src/catalogue.cpp), so "
+                  "MFU is not reported", name.empty() ? "the device" : "'", name.c_str(), name.empty() ? "" : "'");
+  } else {
+    std::snprintf(b, sizeof b, "catalogue: %s, %.0f TFLOP/s dense bf16 per GPU (data sheet) x %d GPU%s; rank 0's "
+                  "device '%s'", gpu->name.c_str(), gpu->bf16_tflops, ranks, ranks == 1 ? "" : "s", name.c_str());
+  }
   p.source = b;
   return p;
 }

@@ -18,6 +18,11 @@ struct PeakFlops {
 // backends compute bf16 runs in float). About `seconds` of wall time.
 PeakFlops measure_cpu_peak(MPI_Comm world, const std::string& dtype, double seconds = 0.1);
 
+// MFU's denominator on GPUs: the data sheet's dense bf16 peak of each rank's current device
+// (planner::gpu_for_device_name), summed over `world`; 0 with the reason in `source` when a device is not
+// catalogued (the emulated device is not). Collective.
+PeakFlops catalogue_gpu_peak(MPI_Comm world);
+
 // One rank's rate (FLOP/s) of that probe, in float or double, over about `seconds`: also what
 // meshrun-bench-device writes as the planner's gflops_per_cpu, so the two measure the same thing.
 template <class T>

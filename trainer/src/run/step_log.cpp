@@ -45,7 +45,10 @@ Utilization utilization(const JobConfig& cfg, double peak_flops, std::string pea
 }
 
 void print_utilization(const Utilization& u, const std::string& metrics_path, const std::string& metrics_why) {
-  std::printf("meshrun-train: MFU = %.4g GFLOP of model FLOPs per step (6·N_matmul·tokens + causal attention, "
+  if (u.peak_flops <= 0)
+    std::printf("meshrun-train: MFU n/a: peak %s\n", u.peak_source.c_str());
+  else
+    std::printf("meshrun-train: MFU = %.4g GFLOP of model FLOPs per step (6·N_matmul·tokens + causal attention, "
               "the planner's formula) / step time / peak %.4g GFLOP/s (%s)\n",
               u.flops_per_step / 1e9, u.peak_flops / 1e9, u.peak_source.c_str());
   if (!metrics_path.empty()) std::printf("meshrun-train: metrics: %s (%s)\n", metrics_path.c_str(), metrics_why.c_str());
@@ -62,10 +65,19 @@ std::string duration_text(double seconds) {
   return b;
 }
 
+namespace {
+std::string mfu_text(double mfu) {
+  if (std::isnan(mfu)) return "n/a";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * mfu);
+  return b;
+}
+}  // namespace
+
 void print_step(const StepStats& st, const JobConfig& cfg, bool first, const Progress& p, const Utilization& u) {
-  std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s global | MFU %.1f%% | %.1f ms/step",
-              st.step, cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s, 100.0 * u.mfu(st.ms / 1000.0),
-              st.ms);
+  std::printf("step %5d/%d | loss %.4f | grad_norm %.4f | lr %.3e | %.0f tok/s global | MFU %s | %.1f ms/step",
+              st.step, cfg.training.steps, st.loss, st.grad_norm, st.lr, st.tokens_per_s,
+              mfu_text(u.mfu(st.ms / 1000.0)).c_str(), st.ms);
   if (st.eval_loss >= 0) std::printf(" | eval_loss %.4f", st.eval_loss);
   if (cfg.model.experts > 0)
     std::printf(" | aux %.5f | expert tokens max %.0f mean %.1f | a2a %s", st.aux_loss, st.expert_tokens_max,
@@ -88,9 +100,9 @@ void print_run_summary(const JobConfig& cfg, int first_step, const Progress& p, 
   const double tokens = static_cast<double>(p.steps_done) * static_cast<double>(cfg.training.global_batch_size) *
                         static_cast<double>(cfg.training.seq_len);
   std::printf("meshrun-train: finished steps %d..%d (%d in this run) in %s from the first step to the end, saves "
-              "included: %.0f tokens, %.0f tok/s (all ranks, mean), MFU %.1f%% (mean); last loss %.4f; %s\n",
+              "included: %.0f tokens, %.0f tok/s (all ranks, mean), MFU %s (mean); last loss %.4f; %s\n",
               first_step + 1, first_step + p.steps_done, p.steps_done, duration_text(p.elapsed_s).c_str(), tokens,
-              p.elapsed_s > 0 ? tokens / p.elapsed_s : 0.0, 100.0 * u.mfu(p.elapsed_s / p.steps_done), last_loss,
+              p.elapsed_s > 0 ? tokens / p.elapsed_s : 0.0, mfu_text(u.mfu(p.elapsed_s / p.steps_done)).c_str(), last_loss,
               checkpoint.empty() ? "no checkpoint.dir: nothing saved to resume from"
                                  : ("latest checkpoint " + checkpoint).c_str());
   std::fflush(stdout);

@@ -2,6 +2,7 @@
 // and MoE extras, and the commit of a checkpoint. Their text is what scripts and tests read.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "meshrun/job.hpp"
@@ -30,8 +31,10 @@ struct Utilization {
   double flops_per_step = 0;  // all ranks
   double peak_flops = 0;      // per second, all ranks
   std::string peak_source;
+  // NaN (JSON null, printed "n/a") when the peak is not known: a GPU outside the catalogue.
   double mfu(double seconds_per_step) const {
-    return peak_flops > 0 && seconds_per_step > 0 ? flops_per_step / seconds_per_step / peak_flops : 0;
+    if (peak_flops <= 0) return std::numeric_limits<double>::quiet_NaN();
+    return seconds_per_step > 0 ? flops_per_step / seconds_per_step / peak_flops : 0;
   }
 };
 Utilization utilization(const JobConfig& cfg, double peak_flops, std::string peak_source);

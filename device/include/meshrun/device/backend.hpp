@@ -232,6 +232,9 @@ class DeviceBuffer {
 // and the backend on device `device` (an index among the visible ones).
 bool cuda_compiled();
 int cuda_device_count(std::string* why);
+// The runtime's name of the calling thread's current device (cudaGetDeviceProperties: "NVIDIA H100 80GB
+// HBM3"); "" without a device or a CUDA backend.
+std::string cuda_current_device_name();
 std::unique_ptr<Backend> make_cuda_backend(const Precision& p, int device);
 
 // The device index a task uses: MESHRUN_CUDA_DEVICE (set by the launcher: the task's index in
