@@ -66,13 +66,16 @@ std::vector<std::string> mesh_options(const Resolved& r, const BatchOptions& opt
 
 std::vector<std::string> rank_command(const BatchOptions& opt) {
   std::vector<std::string> cmd = opt.command;
+  // `-- --metrics m.jsonl`: flags for the bundled trainer (no program name starts with '-').
+  if (!cmd.empty() && starts_with_dash(cmd.front())) cmd.insert(cmd.begin(), opt.trainer);
   if (cmd.empty()) cmd = {opt.trainer, opt.template_path};
   else if (std::filesystem::path(cmd[0]).filename() != "meshrun-train") return cmd;
-  // meshrun-train's arguments: one positional template; --set, --metrics and --site take a value.
+  // meshrun-train's arguments (parse_args in trainer/src/run/cli_train.cpp): one positional template; --set,
+  // --metrics, --site, --trace and --trace-steps take a value.
   std::size_t positional = 0;
   for (std::size_t i = 1; i < cmd.size() && positional == 0; ++i) {
     const std::string& a = cmd[i];
-    if (a == "--set" || a == "--metrics" || a == "--site") ++i;
+    if (a == "--set" || a == "--metrics" || a == "--site" || a == "--trace" || a == "--trace-steps") ++i;
     else if (a.empty() || a[0] != '-') positional = i;
   }
   if (positional == 0) {

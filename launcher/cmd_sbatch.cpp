@@ -26,6 +26,7 @@ const char* kSbatchHelp =
     "the meshrun SPANK plugin is installed, the trainer directly with #SBATCH --mesh-* options. A COMMAND that\n"
     "runs meshrun-train gets the --mesh-*/--set overrides after its own arguments (and the template if it names\n"
     "none); one naming another template is refused. Other programs read the layout from their environment.\n"
+    "Words after -- that start with '-' are flags for meshrun-train: -- --metrics m.jsonl.\n"
     "\n"
     "options:\n"
     "  --dry-run              print the script and the plan (each value with its source); submit nothing\n"

@@ -123,7 +123,8 @@ std::vector<std::string> site_options(const ConfigRequest& r) {
 }
 
 bool is_trainer_command(const std::vector<std::string>& command) {
-  return command.empty() || std::filesystem::path(command.front()).filename() == "meshrun-train";
+  return command.empty() || starts_with_dash(command.front()) ||
+         std::filesystem::path(command.front()).filename() == "meshrun-train";
 }
 
 Resolved resolve(const Config& cfg, bool trainer_job) {

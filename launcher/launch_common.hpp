@@ -55,8 +55,10 @@ struct Resolved {
 Resolved resolve(const Config& cfg, bool trainer_job = false);
 // Where a data key was set, for data_input_problems: a template's file:line:col, else "" (a --set names itself).
 std::function<std::string(const std::string&)> data_key_location(const Config& cfg);
-// The command is meshrun-train: empty (sbatch's and run's default) or a program of that name.
+// The command is meshrun-train: empty (sbatch's and run's default), flags for it (`-- --metrics m.jsonl`: the
+// first word starts with '-', which no program name does), or a program of that name.
 bool is_trainer_command(const std::vector<std::string>& command);
+inline bool starts_with_dash(const std::string& word) { return !word.empty() && word[0] == '-'; }
 
 // The dry-run report (`meshrun plan`'s table: values with sources, rank map summary, groups, warnings), each
 // line commented with "# " so that it can follow a script without changing what the script does.

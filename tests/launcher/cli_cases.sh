@@ -241,6 +241,32 @@ case $case_name in
     expect_rc 0
     expect_out "-- $TRAIN $TINY --metrics m.jsonl --no-site --set training.steps=1"
     ;;
+  run-trainer-flags)
+    # `-- --metrics FILE`: words after -- that start with '-' are flags for the bundled trainer, which gets the
+    # template and the job's overrides as with `-- meshrun-train ...`: a real 4-rank run writes the metrics.
+    TRAIN=$(dirname "$MESHRUN")/../trainer/meshrun-train
+    [ -x "$TRAIN" ] || { echo "skip: no meshrun-train next to $MESHRUN"; exit 77; }
+    m -- run "$TINY" --no-site --set training.steps=2 -- --metrics "$work/m.jsonl"
+    expect_rc 0
+    expect_out "step     2/2"
+    [ "$(grep -c '"record":"step"' "$work/m.jsonl" 2>/dev/null)" = 2 ] || fail "the trainer flag --metrics did not reach meshrun-train"
+    m -- run "$TINY" --no-site --set training.steps=1 --dry-run -- --trace t
+    expect_rc 0
+    expect_out "meshrun-train $TINY --trace t --no-site --set training.steps=1"
+    for plugin in yes no; do
+      m -- sbatch "$TINY" --dry-run --no-site --plugin $plugin --set training.steps=7 -- --metrics m.jsonl
+      expect_rc 0
+      expect_out "meshrun-train $TINY --metrics m.jsonl --no-site --set training.steps=7"
+    done
+    # It is the trainer's job, so the trainer's rules apply (another program's job would take a GELU model).
+    m -- run "$TINY" --no-site --set model.mlp=gelu --dry-run -- --trace t
+    expect_bad "model.mlp"
+    m -- run "$TINY" --no-site --set model.mlp=gelu --dry-run -- python3 train.py
+    expect_rc 0
+    # Flags naming another template are refused as `-- meshrun-train OTHER` is.
+    m -- run "$TINY" --no-site --dry-run -- --metrics m.jsonl "$SRC/templates/llama3-8b.toml"
+    expect_bad "the command after -- trains $SRC/templates/llama3-8b.toml but the job is laid out from $TINY"
+    ;;
   sbatch-trainer-command)
     # sbatch, with and without the plugin: the overrides follow the trainer's own arguments.
     for plugin in yes no; do
