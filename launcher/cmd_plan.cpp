@@ -1,5 +1,6 @@
 // meshrun plan: the dry run. Resolves a template (plus flags) into a layout, checks it, and prints where every
 // rank will sit. Exit 0 when valid; 2 with one line per problem on stderr (and nothing on stdout) otherwise.
+#include <charconv>
 #include <unistd.h>
 
 #include <cmath>
@@ -45,6 +46,7 @@ const char* kPlanHelp =
     "  --search [--top N]       rank every valid layout for this model and cluster by estimated step time\n"
     "  --schedule               add the pipeline schedule: a timeline per pp rank (unit costs F = B = W = 1),\n"
     "                           its bubble_fraction and peak_live_microbatches (json: per-rank action lists)\n"
+    "  --max-width N            with --schedule (table): the timeline in panels of at most N characters a line\n"
     "  --topology FILE.xml      use this hwloc XML node topology for every node (NIC and CPU set per rank)\n"
     "  --calibration FILE       the device's figures and fitted constants for --estimate/--search (the same as\n"
     "                           --set planner.calibration=FILE; needed for meshrun-train's CPU backend)\n"
@@ -135,6 +137,7 @@ int cmd_plan(int argc, char** argv) {
   ConfigRequest req;
   std::string format = "table", topology_xml;
   bool all = false, estimate = false, search = false, schedule = false, calibrate = false;
+  int max_width = 0;  // --max-width: the schedule's text in panels
   std::vector<std::string> calibrate_runs;
   std::string calibration, calibrate_out;
   std::optional<Framework> framework;
@@ -185,6 +188,14 @@ int cmd_plan(int argc, char** argv) {
       if (a == "--estimate") { estimate = true; ++i; continue; }
       if (a == "--search") { search = true; ++i; continue; }
       if (a == "--schedule") { schedule = true; ++i; continue; }
+      if (cli::take_value(args, i, "--max-width", &v)) {
+        int n = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > 1000000)
+          throw ConfigError("--max-width " + v + ": expected a line width in characters, 1 to 1000000 (e.g. --max-width 120)");
+        max_width = n;
+        continue;
+      }
       if (!a.empty() && a[0] == '-') throw ConfigError("unknown option '" + a + "'; see 'meshrun plan --help'");
       if (!req.template_path.empty())
         throw ConfigError("more than one template ('" + req.template_path + "' and '" + a + "'); give one");
@@ -207,6 +218,9 @@ int cmd_plan(int argc, char** argv) {
     }
     if (framework && (schedule || search || estimate || format != "table"))
       throw ConfigError("--for prints the framework's flags alone; leave out --schedule, --search, --estimate and --format");
+    if (max_width > 0 && (!schedule || format != "table"))
+      throw ConfigError("--max-width folds the text timeline of --schedule; give --schedule with --format table (the "
+                        "default), or leave --max-width out");
     if (schedule && search)
       throw ConfigError("--schedule shows the template's own layout and --search ranks other layouts; use one of them");
     // Without a template there is no model and no batch: the dry run checks the layout alone (as the plugin
@@ -319,6 +333,11 @@ int cmd_plan(int argc, char** argv) {
     if (schedule) {
       if (std::string why = cli::schedule_view_problem(cfg, *layout); !why.empty()) return fail(why);
       sched = cli::make_schedule_view(cfg.job, *layout);
+      int least = 0;
+      if (max_width > 0 && cli::schedule_panel_columns(*sched, max_width, &least) == 0)
+        return fail("--max-width " + std::to_string(max_width) + " is narrower than the rank column and one time "
+                    "column of this schedule (" + std::to_string(least) + " characters); give at least --max-width " +
+                    std::to_string(least));
     }
 
     RankMap map(*layout, cluster);
@@ -394,7 +413,7 @@ int cmd_plan(int argc, char** argv) {
 #endif
     if (sched) {
       o << "\n";
-      cli::render_schedule_table(o, *sched);
+      cli::render_schedule_table(o, *sched, max_width);
     }
     std::fputs(o.str().c_str(), stdout);
     return 0;

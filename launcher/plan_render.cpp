@@ -311,7 +311,29 @@ std::string action_label(const Action& a, int virtual_stages) {
   return s;
 }
 
-void render_schedule_table(std::ostream& o, const ScheduleView& v) {
+namespace {
+// One column per time unit, as wide as the longest label plus a space, so an action of d units spans d columns
+// and every label fits in its action's first column.
+size_t schedule_column_width(const ScheduleView& v) {
+  size_t width = 1;
+  for (int r = 0; r < v.table.spec.pp; ++r)
+    for (const TimedAction& ta : v.timeline.ranks[r])
+      width = std::max(width, action_label(v.table.ranks[r][ta.index], v.table.spec.virtual_stages).size());
+  return width + 1;
+}
+size_t schedule_prefix_width(const ScheduleView& v) {  // "  rank N  "
+  return 2 + ("rank " + std::to_string(v.table.spec.pp - 1)).size() + 2;
+}
+}  // namespace
+
+int schedule_panel_columns(const ScheduleView& v, int max_width, int* least_width) {
+  const size_t width = schedule_column_width(v), prefix = schedule_prefix_width(v);
+  if (least_width) *least_width = static_cast<int>(prefix + width);
+  if (max_width < static_cast<int>(prefix + width)) return 0;
+  return static_cast<int>((static_cast<size_t>(max_width) - prefix) / width);
+}
+
+void render_schedule_table(std::ostream& o, const ScheduleView& v, int max_width) {
   const ScheduleSpec& spec = v.table.spec;
   const Timeline& tl = v.timeline;
   o << "pipeline schedule  " << pipeline_schedule_name(spec.kind) << ": " << spec.pp << " rank"
@@ -322,15 +344,12 @@ void render_schedule_table(std::ostream& o, const ScheduleView& v) {
     o << " × " << spec.virtual_stages << " chunks (chunk c on rank c mod " << spec.pp << ")";
   o << ", " << spec.microbatches << " micro-batch" << (spec.microbatches == 1 ? "" : "es") << " per step\n";
   o << "  unit costs: F = B = W = 1 per chunk (fused BW = 2), free transfers; one column per time unit, . idle\n";
-  // Columns as wide as the longest label, so an action of d units spans d columns.
-  size_t width = 1;
-  for (int r = 0; r < spec.pp; ++r)
-    for (const TimedAction& ta : tl.ranks[r])
-      width = std::max(width, action_label(v.table.ranks[r][ta.index], spec.virtual_stages).size());
-  ++width;
+  const size_t width = schedule_column_width(v);
   const std::string rank_head = "rank " + std::to_string(spec.pp - 1);
+  const long makespan = std::lround(tl.makespan);
+  std::vector<std::string> rows;  // each rank's whole timeline, makespan columns of `width` characters
   for (int r = 0; r < spec.pp; ++r) {
-    std::string line = "  " + pad("rank " + std::to_string(r), rank_head.size()) + "  ";
+    std::string line;
     long pos = 0;
     for (const TimedAction& ta : tl.ranks[r]) {
       const long start = std::lround(ta.start), end = std::lround(ta.end);
@@ -338,9 +357,20 @@ void render_schedule_table(std::ostream& o, const ScheduleView& v) {
       line += pad(action_label(v.table.ranks[r][ta.index], spec.virtual_stages), size_t(end - start) * width);
       pos = end;
     }
-    for (; pos < std::lround(tl.makespan); ++pos) line += pad(".", width);
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    o << line << "\n";
+    for (; pos < makespan; ++pos) line += pad(".", width);
+    rows.push_back(line);
+  }
+  const long per_panel = max_width > 0 ? std::max(1, schedule_panel_columns(v, max_width)) : std::max(1L, makespan);
+  for (long first = 0; first < std::max(1L, makespan); first += per_panel) {
+    const long last = std::min(makespan, first + per_panel);  // columns [first, last)
+    if (max_width > 0 && makespan > 0)
+      o << "  time " << first << "-" << (last - 1) << " of " << makespan << "\n";
+    for (int r = 0; r < spec.pp; ++r) {
+      std::string line = "  " + pad("rank " + std::to_string(r), rank_head.size()) + "  " +
+                         rows[r].substr(size_t(first) * width, size_t(last - first) * width);
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      o << line << "\n";
+    }
   }
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.4f", tl.bubble_fraction);

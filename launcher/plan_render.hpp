@@ -50,7 +50,11 @@ std::string at_batch_origin(const Config& cfg, const std::string& why);
 ScheduleView make_schedule_view(const JobConfig& job, const Layout& layout);
 // "F3", "BW3"; with virtual stages the chunk too: "F3c5".
 std::string action_label(const Action& a, int virtual_stages);
-void render_schedule_table(std::ostream& out, const ScheduleView& v);
+// max_width > 0 (--max-width): the timeline in panels of as many time columns as fit in that many characters,
+// each headed by its time range; 0: one line per rank, however long. schedule_panel_columns says how many.
+void render_schedule_table(std::ostream& out, const ScheduleView& v, int max_width = 0);
+// Time columns per panel for max_width, or 0 when not even one fits (the message says the least width).
+int schedule_panel_columns(const ScheduleView& v, int max_width, int* least_width = nullptr);
 void render_schedule_json(JsonWriter& j, const ScheduleView& v);  // writes the "schedule" object's value
 
 // The rank formula of a layout, e.g. "rank = tp + 8·(cp + 1·(dp + 128·pp))".

@@ -241,6 +241,48 @@ case $case_name in
     expect_rc 0
     expect_out "-- $TRAIN $TINY --metrics m.jsonl --no-site --set training.steps=1"
     ;;
+  plan-schedule-width)
+    # --max-width N folds the --schedule timeline into panels: no timeline line over N characters, and each
+    # rank's panels put end to end give its one-line timeline (405B: 16 ranks, lines of 3,864 characters).
+    B405=$SRC/templates/llama3-405b.toml
+    m -- plan "$B405" --no-site --schedule
+    expect_rc 0
+    cp "$work/out" "$work/whole"
+    m -- plan "$B405" --no-site --schedule --max-width 100
+    expect_rc 0
+    expect_out "  time 0-"
+    python3 - "$work/whole" "$work/out" 100 <<'PY' || fail "the panels are not the whole timeline folded at 100 characters"
+import re, sys
+def rows(path):
+    out = {}
+    for line in open(path).read().split("\n"):
+        m = re.match(r"  rank (\d+)  ", line)
+        if m: out.setdefault(int(m.group(1)), []).append((line, line[len("  rank 15  "):]))
+    return out
+whole, folded, width = rows(sys.argv[1]), rows(sys.argv[2]), int(sys.argv[3])
+assert whole.keys() == folded.keys() and len(whole) == 16, (len(whole), len(folded))
+for k in whole:
+    assert len(whole[k]) == 1 and len(folded[k]) > 1
+    assert max(len(l) for l, _ in folded[k]) <= width, max(len(l) for l, _ in folded[k])
+    # the panels are cut on column boundaries and each panel's trailing blanks trimmed: the same actions and
+    # idle columns in the same order
+    joined = " ".join(seg for _, seg in folded[k]).split()
+    if joined != whole[k][0][1].split():
+        sys.exit(f"rank {k}: the panels' actions differ from the whole line's")
+PY
+    # without it the timeline line is long (the check above can fail)
+    [ "$(awk '/^  rank 0 /{print length($0)}' "$work/whole")" -gt 100 ] || fail "the unfolded line is not over 100 characters"
+    m -- plan "$B405" --no-site --schedule --max-width 0
+    expect_bad "--max-width 0: expected a line width"
+    m -- plan "$B405" --no-site --schedule --max-width wide
+    expect_bad "--max-width wide: expected a line width"
+    m -- plan "$B405" --no-site --max-width 100
+    expect_bad "--max-width folds the text timeline of --schedule"
+    m -- plan "$B405" --no-site --schedule --format json --max-width 100
+    expect_bad "--max-width folds the text timeline of --schedule"
+    m -- plan "$B405" --no-site --schedule --max-width 12
+    expect_bad "--max-width 12 is narrower than the rank column and one time column" "give at least --max-width"
+    ;;
   run-trainer-flags)
     # `-- --metrics FILE`: words after -- that start with '-' are flags for the bundled trainer, which gets the
     # template and the job's overrides as with `-- meshrun-train ...`: a real 4-rank run writes the metrics.
