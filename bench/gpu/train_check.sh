@@ -11,12 +11,16 @@
 #         on the same GPU (bf16 autocast, SDPA flash attention, fused AdamW) and the ratio of the two step times.
 # usage: bench/gpu/train_check.sh [--only tiny|perf] [--perf-template T] [--perf-steps N]
 # MESHRUN_TRAIN (default build/trainer/meshrun-train, or the bundle's: bench/gpu/bundle.sh) and TORCH_PYTHON
-# (default python3; the comparison is skipped with a line when it has no torch with CUDA). Exit 0 all passed,
+# (default python3; the comparison is skipped with a line when it has no torch with CUDA). Each run is capped
+# (20 s per tiny run, 80 s the perf run, 40 s PyTorch's: a GPU's budget); TRAIN_CHECK_TIME_SCALE multiplies the
+# caps (the emulator's test sets 10: emulated kernels are about 30x slower). Exit 0 all passed,
 # 1 a check failed, 2 bad arguments or no meshrun-train.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 TRAIN="${MESHRUN_TRAIN:-$root/build/trainer/meshrun-train}"
 TORCH_PYTHON="${TORCH_PYTHON:-python3}"
+SCALE="${TRAIN_CHECK_TIME_SCALE:-1}"
+[[ $SCALE =~ ^[1-9][0-9]*$ ]] || { echo "train_check.sh: TRAIN_CHECK_TIME_SCALE must be a positive integer" >&2; exit 2; }
 only="" perf_template="$root/bench/gpu/train-1b.toml" perf_steps=10 warmup=3
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,7 +44,7 @@ data=(--set data.text="$DIR/text" --set data.text_cache="$DIR/corpus.bin")
 
 # run NAME SECONDS ARGS...: meshrun-train with its log in DIR/NAME.log and metrics in DIR/NAME.jsonl.
 run() {
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit=$(($2 * SCALE)); shift 2
   timeout "$limit" "$TRAIN" "$@" --metrics "$DIR/$name.jsonl" >"$DIR/$name.log" 2>&1
   local rc=$?
   if [[ $rc -ne 0 ]]; then
@@ -54,8 +58,8 @@ if [[ -z $only || $only == tiny ]]; then
   echo "== meshrun-train, tiny: CUDA against the CPU backend's bf16, 8 steps"
   tiny=("$root/templates/tiny.toml" "${data[@]}" --set parallel.tp=1 --set parallel.dp=1 --set training.steps=8
         --set training.lr=1e-3 --set training.min_lr=1e-4)
-  if run tiny-cpu 60 "${tiny[@]}" --set training.dtype=bf16 &&
-     run tiny-cuda 60 "${tiny[@]}" --set training.device=cuda --set checkpoint.dir="$DIR/ck" --set checkpoint.interval=4; then
+  if run tiny-cpu 20 "${tiny[@]}" --set training.dtype=bf16 &&
+     run tiny-cuda 20 "${tiny[@]}" --set training.device=cuda --set checkpoint.dir="$DIR/ck" --set checkpoint.interval=4; then
     grep -m1 "^meshrun-train: device " "$DIR/tiny-cuda.log" | sed 's/^/  /'
     python3 - "$DIR/tiny-cpu.jsonl" "$DIR/tiny-cuda.jsonl" <<'PY' && pass "tiny: every step within the bounds" || bad "tiny: a step outside the bounds"
 import json, sys
@@ -73,7 +77,7 @@ sys.exit(0 if ok else 1)
 PY
     rm -rf "$DIR/ck/step-8"
     echo step-4 >"$DIR/ck/latest"
-    if run tiny-resume 60 "${tiny[@]}" --set training.device=cuda --set checkpoint.dir="$DIR/ck"; then
+    if run tiny-resume 20 "${tiny[@]}" --set training.device=cuda --set checkpoint.dir="$DIR/ck"; then
       python3 - "$DIR/tiny-cuda.jsonl" "$DIR/tiny-resume.jsonl" <<'PY' && pass "tiny: save at 4 + resume gives steps 5..8 bit for bit" || bad "tiny: the resumed run differs from the uninterrupted one"
 import json, sys
 def steps(p): return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r.get("record") == "step"}
@@ -87,7 +91,7 @@ fi
 if [[ -z $only || $only == perf ]]; then
   total=$((warmup + perf_steps))
   echo "== meshrun-train, perf: $(basename "$perf_template"), $warmup warm-up + $perf_steps timed steps on the device"
-  if run perf 120 "$perf_template" "${data[@]}" --set training.device=cuda --set training.steps="$total"; then
+  if run perf 80 "$perf_template" "${data[@]}" --set training.device=cuda --set training.steps="$total"; then
     grep -E "^meshrun-train: (device|MFU|memory)" "$DIR/perf.log" | sed 's/^/  /'
     perf=$(python3 - "$DIR/perf.jsonl" "$warmup" <<'PY'
 import json, statistics, sys
@@ -124,10 +128,10 @@ PY
 )
     if ! "$TORCH_PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
       echo "  torch: not compared: $TORCH_PYTHON has no torch with a CUDA device"
-    elif [ -n "$meshrun_ms" ] && torch_ms=$(timeout 60 "$TORCH_PYTHON" "$root/bench/torch_step.py" $model $((perf_steps + 1)) cuda 2>"$DIR/torch.err"); then
+    elif [ -n "$meshrun_ms" ] && torch_ms=$(timeout $((40 * SCALE)) "$TORCH_PYTHON" "$root/bench/torch_step.py" $model $((perf_steps + 1)) cuda 2>"$DIR/torch.err"); then
       python3 -c 'import sys; m, t = float(sys.argv[1]), float(sys.argv[2]); print(f"  PyTorch on the same GPU: {t:.1f} ms/step; meshrun-train / PyTorch = {m / t:.2f}")' "$meshrun_ms" "$torch_ms"
     else
-      echo "  torch: the PyTorch step failed or ran past 60 s: $(tail -1 "$DIR/torch.err")"
+      echo "  torch: the PyTorch step failed or ran past $((40 * SCALE)) s: $(tail -1 "$DIR/torch.err")"
     fi
   fi
 fi
