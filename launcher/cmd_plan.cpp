@@ -292,7 +292,7 @@ int cmd_plan(int argc, char** argv) {
   }
   // A job of meshrun-train names input files: a missing one is refused here as meshrun-train would refuse it.
   if (rules == RuleSet::trainer)
-    if (auto missing = data_input_problems(cfg.job.data, launch::data_key_location(cfg)); !missing.empty())
+    if (auto missing = input_file_problems(cfg.job, launch::data_key_location(cfg)); !missing.empty())
       return fail(cut_lines(missing));
   const std::optional<Layout>& layout = res.layout;
   const std::vector<std::string>& checks = res.checks;

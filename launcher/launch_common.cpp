@@ -135,7 +135,7 @@ Resolved resolve(const Config& cfg, bool trainer_job) {
   if (!res.ok()) fail(cfg, res.problems);
   // meshrun-train's input files, before anything is submitted or started (one line per missing file).
   if (trainer_job)
-    if (auto missing = data_input_problems(cfg.job.data, data_key_location(cfg)); !missing.empty())
+    if (auto missing = input_file_problems(cfg.job, data_key_location(cfg)); !missing.empty())
       throw ConfigError(missing);
   Resolved r;
   r.cfg = cfg;

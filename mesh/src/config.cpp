@@ -167,6 +167,7 @@ std::vector<Field> make_schema() {
   add(field("checkpoint.signal", &JobConfig::checkpoint, &CheckpointSpec::signal, V::string, "signal that asks for a checkpoint"));
   add(at_least(field("checkpoint.signal_lead_s", &JobConfig::checkpoint, &CheckpointSpec::signal_lead_s, V::integer, "seconds before the time limit"), 0));
   add(field("checkpoint.load", &JobConfig::checkpoint, &CheckpointSpec::load, V::string, "weights to start from: a safetensors file or a Hugging Face model directory"));
+  add(field("checkpoint.finetune", &JobConfig::checkpoint, &CheckpointSpec::finetune, V::string, "a meshrun checkpoint whose weights start a new run (fresh optimizer, step 0)"));
   add(field("checkpoint.save", &JobConfig::checkpoint, &CheckpointSpec::save, V::string, "safetensors file written at the end"));
   add(choose(field("checkpoint.on_error", &JobConfig::checkpoint, &CheckpointSpec::on_error, V::string, "a failed periodic save: continue or stop"), {"continue", "stop"}));
   add(at_least(field("checkpoint.max_failures", &JobConfig::checkpoint, &CheckpointSpec::max_failures, V::integer, "consecutive failed saves that stop the run"), 1));

@@ -192,4 +192,39 @@ std::vector<std::string> data_input_problems(const DataSpec& d,
   return p;
 }
 
+std::vector<std::string> checkpoint_input_problems(const CheckpointSpec& ck,
+                                                   const std::function<std::string(const std::string&)>& where) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> p;
+  if (ck.finetune.empty()) return p;
+  const std::string w = where ? where("checkpoint.finetune") : "";
+  const std::string at = w.empty() ? "" : w + ": ";
+  const std::string key = "checkpoint.finetune = " + ck.finetune;
+  std::error_code ec;
+  if (!ck.load.empty())
+    p.push_back(at + key + " and checkpoint.load = " + ck.load + " both name the weights to start from; keep one");
+  if (!fs::exists(ck.finetune, ec))
+    p.push_back(at + key + ": no such directory; name a checkpoint.dir of an earlier run, or one of its step-N");
+  else if (!fs::exists(fs::path(ck.finetune) / "latest", ec) && !fs::exists(fs::path(ck.finetune) / "manifest.json", ec))
+    p.push_back(at + key + " is not a meshrun checkpoint (no latest, no manifest.json); name a checkpoint.dir or one "
+                "of its step-N, or set checkpoint.load for a safetensors file or a Hugging Face directory");
+  else if (!ck.dir.empty()) {
+    // Lexically, after making both absolute: checkpoint.dir may not exist yet.
+    const fs::path from = fs::absolute(ck.finetune, ec).lexically_normal(), dir = fs::absolute(ck.dir, ec).lexically_normal();
+    const auto rel = from.lexically_relative(dir);
+    const bool inside = !rel.empty() && *rel.begin() != "..";
+    if (inside || fs::equivalent(from, dir, ec))
+      p.push_back(at + key + " is inside checkpoint.dir = " + ck.dir + ", which this run writes and prunes "
+                  "(checkpoint.keep); give the new run its own checkpoint.dir");
+  }
+  return p;
+}
+
+std::vector<std::string> input_file_problems(const JobConfig& job,
+                                             const std::function<std::string(const std::string&)>& where) {
+  std::vector<std::string> p = data_input_problems(job.data, where);
+  for (std::string& line : checkpoint_input_problems(job.checkpoint, where)) p.push_back(std::move(line));
+  return p;
+}
+
 }  // namespace meshrun

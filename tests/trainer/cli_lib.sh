@@ -12,6 +12,13 @@ expect() {
   pass "$what"
 }
 
+# one_line WHAT: the last command's refusal is one line of meshrun's (the first lines' "data:" aside; mpirun's own
+# banner after a non-zero exit is not meshrun's).
+one_line() {
+  [[ $(grep '^meshrun' "$DIR/out" | grep -vc '^meshrun-train: data: ') -eq 1 ]] && pass "$1: one line" ||
+    { bad "$1: not one line"; sed 's/^/     | /' "$DIR/out" | head -5; }
+}
+
 # write_lcg_corpus FILE: a deterministic 64 KiB text, words drawn by a 32-bit LCG from a fixed list (the
 # golden-loss and bf16 tests' corpus, so their results do not depend on the machine's files).
 write_lcg_corpus() {

@@ -7,8 +7,8 @@
 #     run with model.vocab > 256 and no tokenizer does not call it byte-level;
 #  4. export --tokenizer X.model (SentencePiece) writes its BOS/EOS ids into config.json and generation_config.json
 #     and its special pieces into special_tokens_map.json;
-#  6. checkpoint.load = a meshrun checkpoint directory (or one step-N) says to resume through checkpoint.dir or
-#     to export first.
+#  6. checkpoint.load = a meshrun checkpoint directory (or one step-N) says to resume through checkpoint.dir, to
+#     set checkpoint.finetune, or to export first.
 # usage: issue47_train.sh MESHRUN_TRAIN MESHRUN_CKPT MESHRUN TEMPLATE MPIRUN
 set -u
 TRAIN=$1 CKPT=$2 MESHRUN=$3 TEMPLATE=$4 MPIRUN=$5
@@ -18,12 +18,6 @@ trap 'rm -rf "$DIR"' EXIT
 source "$(dirname "$0")/cli_lib.sh"
 export MESHRUN_CACHE_DIR=$DIR/cache  # the template's data.text must not be tokenized anywhere else
 two=(--set parallel.dp=1 --no-metrics)  # tp 2 on 2 ranks
-# one_line WHAT: the refusal is one line of meshrun's (the first lines' "data:" aside; mpirun's own banner after a
-# non-zero exit is item 11's, not counted).
-one_line() {
-  [[ $(grep '^meshrun' "$DIR/out" | grep -vc '^meshrun-train: data: ') -eq 1 ]] && pass "$1: one line" ||
-    { bad "$1: not one line"; sed 's/^/     | /' "$DIR/out" | head -5; }
-}
 
 # 1. A mistyped data.path: refused, nothing tokenized, no file created at the path or in the cache.
 expect 2 "data.path = $DIR/data/nope.bin: no such file" "meshrun-train: a missing data.path is refused" -- \
@@ -96,9 +90,11 @@ for d in "$DIR/ck512" "$step"; do
     "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" "${two[@]}" --set data.path="$DIR/corpus.bin" --set model.vocab=512 \
     --set training.steps=1 --set checkpoint.load="$d"
   grep -q "meshrun-ckpt export" "$DIR/out" && pass "the message names meshrun-ckpt export" || bad "no export hint"
+  grep -q "set checkpoint.finetune = $d instead of checkpoint.load" "$DIR/out" && pass "the message names checkpoint.finetune" ||
+    bad "no checkpoint.finetune hint"
   one_line "checkpoint.load = ${d#$DIR/}"
 done
-# The exported directory loads (the fix the message names).
+# The exported directory loads (one fix the message names; checkpoint.finetune, the other, is trainer.finetune's).
 expect 0 "from the weights in $DIR/hf512" "checkpoint.load = the exported directory loads" -- \
   "${MPI[@]}" -np 2 "$TRAIN" "$TEMPLATE" "${two[@]}" --set data.path="$DIR/corpus.bin" --set model.vocab=512 \
   --set training.steps=1 --set checkpoint.load="$DIR/hf512"

@@ -126,6 +126,8 @@ PROBES = {
     "checkpoint.signal_lead_s": ("0", {"checkpoint.dir": "{run}/ck", "checkpoint.interval": "1"}, 1,
                                  "log: longer than checkpoint.signal_lead_s = 0 s"),
     "checkpoint.load": ("{run}/missing.safetensors", {}, 1, "refused: "),
+    # The prepared run's step-2 weights instead of initialization: the trained values differ.
+    "checkpoint.finetune": ("{prepared}", {}, 1, "differs"),
     "checkpoint.save": ("", {}, 1, "differs"),
     # A failed save (a full disk) is what these two decide about: tests/trainer/checkpoint_integrity.sh case 4
     # fills a 14 MiB tmpfs and shows continue (training goes on, exit 1 at the end), stop (the first failure

@@ -130,6 +130,9 @@ struct CheckpointSpec {
   int signal_lead_s = 120;
   std::string load;                   // safetensors file or Hugging Face model directory to start from
   std::string save;                   // safetensors file to write at the end
+  // A meshrun checkpoint (a checkpoint.dir, its `latest` taken, or one step-N) whose parameters start a new
+  // run at step 0, with fresh AdamW moments and data position (Megatron's --finetune). Resume still wins.
+  std::string finetune;
   std::string on_error = "continue";  // a failed periodic save: continue (keep the previous checkpoint) or stop
   int max_failures = 3;               // consecutive failed saves that end the run even with on_error = continue
   bool async = false;                 // write shards in the background; the step stalls only for the host copy

@@ -130,6 +130,15 @@ bool is_trainer_rule(std::string_view name);
 std::vector<std::string> data_input_problems(const DataSpec& data,
                                              const std::function<std::string(const std::string&)>& where = {});
 
+// checkpoint.finetune's, checked where the job starts as data_input_problems are: set with checkpoint.load
+// (two starting weights), not a meshrun checkpoint (neither `latest` nor manifest.json in it), or inside
+// checkpoint.dir (which the run writes and prunes). One line each, naming the key and the fix.
+std::vector<std::string> checkpoint_input_problems(const CheckpointSpec& ck,
+                                                   const std::function<std::string(const std::string&)>& where = {});
+// Both, data's first: what meshrun-train, `meshrun plan`, `run` and `sbatch` refuse a trainer job for.
+std::vector<std::string> input_file_problems(const JobConfig& job,
+                                             const std::function<std::string(const std::string&)>& where = {});
+
 // Which rules a job is held to. Any program's job: the layout's (is_layout_rule). A template's: also its model's
 // and batch's (the rest of validate). A job of meshrun-train (a template it trains, or `meshrun run`/`sbatch` of
 // meshrun-train): also the bundled trainer's (validate_trainer). Outputs name the set (rule_set_name).

@@ -65,13 +65,12 @@ std::string latest_checkpoint(const std::string& dir) {
   return path.string();
 }
 
+namespace {
+
+// What load_checkpoint and load_checkpoint_weights share: this rank's blocks of the units it holds, placed
+// from the pieces of every shard that overlap them; `weights_only` places the parameters (piece kind 0) alone.
 template <class T>
-int load_checkpoint(Trainer<T>& tr, const std::string& path, const DataIdentity& data) {
-  const Manifest m = read_manifest(path);
-  const JobConfig& cfg = tr.config();
-  check_settings(m, cfg, data);
-  if (m.dtype != dtype_name<T>())
-    throw CheckpointError(m.file + ": the checkpoint holds " + m.dtype + " values but this run computes in " + dtype_name<T>());
+void place_state(Trainer<T>& tr, const Manifest& m, const std::string& path, bool weights_only) {
   const ParamTable& table = tr.table();
   // Tensor names and shapes must be the model's, both ways.
   std::map<std::string, std::pair<int, const TensorSlot*>> mine;
@@ -107,6 +106,7 @@ int load_checkpoint(Trainer<T>& tr, const std::string& path, const DataIdentity&
     for (std::size_t fi = 0; fi < m.files.size(); ++fi)
       for (const ManifestPiece& p : m.files[fi].pieces) {
         const auto& [pu, t] = mine.at(p.tensor);
+        if (weights_only && p.kind != 0) continue;
         if (pu != u || !overlaps(p, t->row0, t->col0, t->local_rows, t->local_cols)) continue;
         if (!readers[fi]) readers[fi] = open_shard(m, m.files[fi]);
         const auto [offset, bytes] = readers[fi]->extent(p.key, m.dtype, p.b - p.a);
@@ -134,9 +134,10 @@ int load_checkpoint(Trainer<T>& tr, const std::string& path, const DataIdentity&
     const std::size_t n = static_cast<std::size_t>(table.units[uu].size);
     T* in_place[3];
     T* dst[3];
+    const int kinds = weights_only ? 1 : 3;
     for (int k = 0; k < 3; ++k) {
-      in_place[k] = st.state_in_place<T>(u, kRegion[k]);
-      dst[k] = in_place[k] ? in_place[k] : buf[k].get(n);
+      in_place[k] = k < kinds ? st.state_in_place<T>(u, kRegion[k]) : nullptr;
+      dst[k] = in_place[k] ? in_place[k] : k < kinds ? buf[k].get(n) : nullptr;
     }
     const std::vector<TensorSlot>& slots = table.units[uu].tensors;
     placed.assign(3 * slots.size(), 0);
@@ -149,20 +150,60 @@ int load_checkpoint(Trainer<T>& tr, const std::string& path, const DataIdentity&
           place_piece(*readers[static_cast<std::size_t>(pl.file)], p, m.dtype, t->row0, t->col0, t->local_rows, t->local_cols,
                       dst[p.kind] + t->offset, staging);
     }
-    for (int k = 0; k < 3; ++k)
+    for (int k = 0; k < kinds; ++k)
       for (std::size_t i = 0; i < slots.size(); ++i) {
         const std::int64_t have = placed[static_cast<std::size_t>(k) * slots.size() + i];
         if (have != slots[i].numel())
           throw CheckpointError(m.file + ": tensor " + piece_key(slots[i].name, k) + ": the shards hold " + std::to_string(have) +
                                 " of the " + std::to_string(slots[i].numel()) + " elements this rank needs; the checkpoint is incomplete");
       }
-    if (!in_place[0] || !in_place[1] || !in_place[2])
+    if (weights_only) {
+      if (!in_place[0]) st.write_state<T>(u, dst[0], nullptr, nullptr);
+    } else if (!in_place[0] || !in_place[1] || !in_place[2]) {
       st.write_state(u, in_place[0] ? nullptr : dst[0], in_place[1] ? nullptr : dst[1], in_place[2] ? nullptr : dst[2]);
+    }
   }
+}
+
+template <class T>
+void check_dtype(const Manifest& m, const char* fix) {
+  if (m.dtype != dtype_name<T>())
+    throw CheckpointError(m.file + ": the checkpoint holds " + m.dtype + " values but this run computes in " +
+                          dtype_name<T>() + fix);
+}
+
+}  // namespace
+
+std::string finetune_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "latest", ec)) return latest_checkpoint(dir);
+  if (fs::exists(fs::path(dir) / "manifest.json", ec)) return dir;
+  throw CheckpointError("checkpoint.finetune = " + dir + " is not a meshrun checkpoint (no latest, no manifest.json); name a "
+                        "checkpoint.dir or one of its step-N, or set checkpoint.load for a safetensors file or a Hugging "
+                        "Face directory");
+}
+
+template <class T>
+int load_checkpoint(Trainer<T>& tr, const std::string& path, const DataIdentity& data) {
+  const Manifest m = read_manifest(path);
+  check_settings(m, tr.config(), data);
+  check_dtype<T>(m, "");
+  place_state(tr, m, path, /*weights_only=*/false);
+  return m.step;
+}
+
+template <class T>
+int load_checkpoint_weights(Trainer<T>& tr, const std::string& path) {
+  const Manifest m = read_manifest(path);
+  check_dtype<T>(m, m.dtype == "F64" ? "; set training.dtype = fp64 to fine-tune it"
+                                      : "; set training.dtype = fp32 (or bf16) to fine-tune it");
+  place_state(tr, m, path, /*weights_only=*/true);
   return m.step;
 }
 
 template int load_checkpoint<float>(Trainer<float>&, const std::string&, const DataIdentity&);
 template int load_checkpoint<double>(Trainer<double>&, const std::string&, const DataIdentity&);
+template int load_checkpoint_weights<float>(Trainer<float>&, const std::string&);
+template int load_checkpoint_weights<double>(Trainer<double>&, const std::string&);
 
 }  // namespace meshrun::train

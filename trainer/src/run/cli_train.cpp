@@ -67,6 +67,8 @@ const char* kUsage =
     "  Configuration layers as everywhere in meshrun: defaults < site file < template < environment < --set.\n"
     "  checkpoint.load / checkpoint.save name safetensors files (Hugging Face Llama names); checkpoint.load may\n"
     "  also name a Hugging Face model directory (config.json checked against [model]; meshrun-ckpt export writes one).\n"
+    "  checkpoint.finetune = DIR: a new run (step 0, fresh optimizer and data position) from the weights of a\n"
+    "  meshrun checkpoint (a checkpoint.dir's latest, or one step-N), resharded onto this run's layout.\n"
     "  checkpoint.dir: sharded checkpoints (every checkpoint.interval steps, at the end, and on checkpoint.signal);\n"
     "  with checkpoint.resume = true (default) a run continues from the latest one. After a signal-driven save\n"
     "  every rank exits with status 75 and DIR/status says \"saved STEP SIGNAL\".\n";
@@ -320,7 +322,11 @@ int resume(Trainer<T>& trainer, const std::string& path, const CheckpointSpec& c
     const CheckpointInfo info = read_checkpoint_info(path);
     std::printf("meshrun-train: resuming from %s: step %d, %lld samples consumed, saved under %s; loaded in %.3f s%s\n",
                 path.c_str(), start, static_cast<long long>(info.consumed_samples), info.layout_text.c_str(), load_s,
-                ck.load.empty() ? "" : ("; checkpoint.load = " + ck.load + " not used (the checkpoint wins)").c_str());
+                ck.load.empty() && ck.finetune.empty()
+                    ? ""
+                    : ("; " + std::string(ck.load.empty() ? "checkpoint.finetune = " + ck.finetune : "checkpoint.load = " + ck.load) +
+                       " not used (the checkpoint wins)")
+                          .c_str());
   }
   return start;
 }
@@ -345,14 +351,37 @@ std::string meshrun_checkpoint_load_problem(const std::string& path) {
   if (dir.empty()) return "";
   return "checkpoint.load = " + path + " is a meshrun checkpoint directory, not weights to load: to resume it set "
          "checkpoint.dir = " + (dir.empty() ? std::string(".") : dir) + " (checkpoint.resume = true, the default) and "
-         "remove checkpoint.load; to start a new run from its weights, export them (meshrun-ckpt export " + path +
-         " OUTDIR) and set checkpoint.load to OUTDIR (a Hugging Face directory) or to a .safetensors file";
+         "remove checkpoint.load; to start a new run from its weights, set checkpoint.finetune = " + path +
+         " instead of checkpoint.load (or export them, meshrun-ckpt export " + path + " OUTDIR, and load OUTDIR)";
 }
 
-// Step 0: the parameters from initialization, or from the weights of checkpoint.load.
+// Step 0 from the parameters of checkpoint.finetune's checkpoint (moments zero, as initialized).
 template <class T>
-void start_fresh(Trainer<T>& trainer, const JobConfig& cfg, int rank) {
+void start_finetune(Trainer<T>& trainer, const CheckpointSpec& ck, int rank, int world) {
+  std::string path, err;
+  int saved_at = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    path = finetune_checkpoint(ck.finetune);
+    saved_at = load_checkpoint_weights(trainer, path);
+  } catch (const CheckpointError& e) {
+    err = e.what();
+  }
+  collective_check(err, rank, world);
+  double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MPI_Allreduce(MPI_IN_PLACE, &load_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0)
+    std::printf("meshrun-train: starting at step 0 from the weights of %s (checkpoint.finetune: saved at step %d under "
+                "%s; its optimizer state, step and data position not used); loaded in %.3f s%s\n",
+                path.c_str(), saved_at, read_checkpoint_info(path).layout_text.c_str(), load_s,
+                ck.dir.empty() ? "" : ck.resume ? "; no checkpoint in checkpoint.dir" : "; checkpoint.resume = false");
+}
+
+// Step 0: the parameters from initialization, or from the weights of checkpoint.load or checkpoint.finetune.
+template <class T>
+void start_fresh(Trainer<T>& trainer, const JobConfig& cfg, int rank, int world) {
   const CheckpointSpec& ck = cfg.checkpoint;
+  if (!ck.finetune.empty()) return start_finetune(trainer, ck, rank, world);
   if (ck.load.empty()) {
     trainer.init_params();
     if (rank == 0 && !ck.dir.empty())
@@ -580,7 +609,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   if (!resume_from.empty())
     start = resume(trainer, resume_from, ck, samples->identity(), rank, world);
   else
-    start_fresh(trainer, cfg, rank);
+    start_fresh(trainer, cfg, rank, world);
   if (!ck.dir.empty() && rank == 0) std::remove(status_file_path(ck.dir).c_str());  // it speaks of this run only
   check_save_writable(ck, rank);
   const MetricsTarget metrics_to = metrics_target(args.metrics, args.no_metrics, cfg);
@@ -783,13 +812,14 @@ int run(int argc, char** argv, int rank, int world) {
   {
     // The data's input files, before anything is written: one line per missing file (data_input_problems, as
     // `meshrun plan`, `run` and `sbatch` check them). Every rank looks; all end together.
-    const auto missing = data_input_problems(cfg.data, [&config](const std::string& key) {
+    const auto where = [&config](const std::string& key) {
       const Origin o = config.origin_of(key);
       return o.kind == SourceKind::template_file || o.kind == SourceKind::site ? o.where : std::string();
-    });
+    };
+    const auto missing = input_file_problems(cfg, where);
     if (!all_ok(missing.empty()))
-      throw ConfigError(missing.empty() ? std::vector<std::string>{"a data input file is missing on another rank; "
-                                                                   "put the data where every rank reads it"}
+      throw ConfigError(missing.empty() ? std::vector<std::string>{"an input file (data, checkpoint.finetune) is missing "
+                                                                   "on another rank; put it where every rank reads it"}
                                         : missing);
   }
   if (cfg.training.device == "cuda")

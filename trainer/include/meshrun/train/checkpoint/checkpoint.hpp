@@ -122,6 +122,17 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 template <class T>
 int load_checkpoint(Trainer<T>& trainer, const std::string& path, const DataIdentity& data);
 
+// checkpoint.finetune: the parameters alone of checkpoint `path` (a step-N directory), resharded onto this
+// run's layout as load_checkpoint places them; the moments and step are not read (the caller starts at step
+// 0 with zero moments) and the saved training settings and data are not checked, only the tensors' names,
+// shapes and dtype. Returns the step the checkpoint was saved at (for the log). Throws CheckpointError.
+template <class T>
+int load_checkpoint_weights(Trainer<T>& trainer, const std::string& path);
+
+// The step-N directory checkpoint.finetune = `dir` names: `dir`'s `latest` when it is a checkpoint.dir, `dir`
+// itself when it holds a manifest.json. CheckpointError (one line, the fix) when it is neither.
+std::string finetune_checkpoint(const std::string& dir);
+
 // One writer per checkpoint directory (docs/trainer.md, "One writer"): takes an exclusive flock on DIR/lock
 // for the rest of the process's life and records job, node, host and pid in it. Returns "" when held, else
 // one line: another run holds it (naming the holder), or the file system refuses flock.
