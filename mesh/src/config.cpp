@@ -159,6 +159,7 @@ std::vector<Field> make_schema() {
   add(field("data.tokenizer", &JobConfig::data, &DataSpec::tokenizer, V::string, "tokenizer for data.text (tokenizer.json, .model or model directory; else byte-level), recorded for export and sample"));
   add(field("data.blend", &JobConfig::data, &DataSpec::blend, V::blend, "datasets mixed by weight: [[weight, path], ...]"));
   add(field("data.valid", &JobConfig::data, &DataSpec::valid, V::blend, "validation data: a path or [[weight, path], ...]"));
+  add(field("data.split", &JobConfig::data, &DataSpec::split, V::string, "Megatron's train,valid,test split of each dataset, e.g. \"969,30,1\""));
 
   add(field("checkpoint.dir", &JobConfig::checkpoint, &CheckpointSpec::dir, V::string, "checkpoint directory"));
   add(at_least(field("checkpoint.interval", &JobConfig::checkpoint, &CheckpointSpec::interval, V::integer, "steps between checkpoints (0 = signal/end only)"), 0));

@@ -1,6 +1,7 @@
 // The bundled trainer's rules (layout.hpp, validate_trainer): in mesh_core, so that meshrun-train (and the
 // single-process trainer of meshrun-gpu-check) check the same ones the dry run, the launcher and the plugin do.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -38,11 +39,51 @@ CpAlltoallPlace cp_alltoall_place(int cp, int group, int cp_index) {
   return {g * group, ((g - 1 + groups) % groups) * group + place, ((g + 1) % groups) * group + place};
 }
 
+std::string parse_data_split(const std::string& text, std::array<double, 3>* weights) {
+  const std::string fix = "; give one to three comma-separated weights >= 0 (train,valid,test), e.g. \"969,30,1\"";
+  std::array<double, 3> w{0, 0, 0};
+  std::size_t start = 0;
+  int n = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::string field = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (n == 3) return "data.split = \"" + text + "\" has more than three parts" + fix;
+    // A plain decimal number: digits with at most one '.', as Megatron's [.0-9]+ reads them.
+    const bool digits = !field.empty() && field.find_first_not_of("0123456789.") == std::string::npos &&
+                        std::count(field.begin(), field.end(), '.') <= 1 && field != ".";
+    if (!digits) return "data.split = \"" + text + "\": part " + std::to_string(n + 1) + " \"" + field + "\" is not a number" + fix;
+    try {
+      w[static_cast<std::size_t>(n++)] = std::stod(field);
+    } catch (const std::exception&) {  // out of range: more digits than a double holds
+      return "data.split = \"" + text + "\": part " + std::to_string(n) + " is too large" + fix;
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  double sum = 0;
+  for (double x : w) sum += x;
+  if (!(sum > 0) || !std::isfinite(sum)) return "data.split = \"" + text + "\" has no positive weight" + fix;
+  if (w[0] == 0) return "data.split = \"" + text + "\" gives training nothing; give the first (train) part a weight > 0";
+  for (double& x : w) x /= sum;  // Megatron's normalize
+  *weights = w;
+  return "";
+}
+
+std::pair<std::int64_t, std::int64_t> data_split_range(const std::array<double, 3>& w, int part, std::int64_t n) {
+  double lo = 0;  // the running sum, added in order as Megatron's expansion is
+  for (int i = 0; i < part; ++i) lo += w[static_cast<std::size_t>(i)];
+  const double hi = lo + w[static_cast<std::size_t>(part)];
+  if (!(hi > lo)) return {0, 0};  // Megatron: no dataset for this part
+  // std::nearbyint rounds half to even in the default rounding mode, as Python's round does.
+  const auto at = [n](double f) { return static_cast<std::int64_t>(std::nearbyint(f * static_cast<double>(n))); };
+  return {at(lo), at(hi)};
+}
+
 bool is_trainer_rule(std::string_view name) {
   static constexpr std::string_view kTrainerRules[] = {"rope-head-dim", "expert-width-tp",         "trainer-mlp",
                                                        "cp-comm",       "trainer-tied-embeddings", "pipeline-schedule",
                                                        "router-aux-pp", "data-blend",              "data-source",
-                                                       "eval-valid",    "recompute-experts",       "cp-alltoall"};
+                                                       "data-split",    "eval-valid",    "recompute-experts",       "cp-alltoall"};
   return std::find(std::begin(kTrainerRules), std::end(kTrainerRules), name) != std::end(kTrainerRules);
 }
 
@@ -135,10 +176,22 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
       p.push_back({"data-blend", std::string(key) + "'s weights sum to " + number(sum) +
                                      ", not a positive number; give at least one dataset a positive weight"});
   }
+  check("data-split");
+  std::array<double, 3> split{0, 0, 0};
+  if (!d.split.empty()) {
+    if (const std::string why = parse_data_split(d.split, &split); !why.empty()) p.push_back({"data-split", why});
+    else if (!d.valid.empty())
+      p.push_back({"data-split", "data.split = \"" + d.split + "\" and data.valid both name validation data; keep one "
+                                 "(data.split cuts it from the training datasets, data.valid names other files)"});
+  }
   check("eval-valid");
-  if (cfg.training.eval_interval > 0 && d.valid.empty())
-    p.push_back({"eval-valid", "training.eval_interval = " + s(cfg.training.eval_interval) +
-                                   " needs validation data; set data.valid to a path or a blend (or eval_interval = 0)"});
+  const bool split_validates = split[1] > 0;
+  if (cfg.training.eval_interval > 0 && d.valid.empty() && !split_validates)
+    p.push_back({"eval-valid", "training.eval_interval = " + s(cfg.training.eval_interval) + " needs validation data; " +
+                                   (d.split.empty() ? std::string("set data.valid to a path or a blend, or data.split")
+                                                    : "data.split = \"" + d.split + "\" gives it no part; give its second "
+                                                      "(valid) part a weight > 0") +
+                                   " (or eval_interval = 0)"});
   else if (cfg.training.eval_interval == 0 && !d.valid.empty())
     p.push_back({"eval-valid", "data.valid is set but training.eval_interval = 0, so it is never read; set "
                                "training.eval_interval to the steps between evaluations, or remove data.valid"});

@@ -36,7 +36,9 @@ TABLE = [
     ("data-source", "tiny.toml", {"data": {"blend": '[[1.0, "/tmp/web"]]'}},
      "data.blend and data.text are both set; the blend replaces data.path: remove one of them"),
     ("eval-valid", "tiny.toml", {"training": {"eval_interval": "10"}},
-     "training.eval_interval = 10 needs validation data; set data.valid to a path or a blend (or eval_interval = 0)"),
+     "training.eval_interval = 10 needs validation data; set data.valid to a path or a blend, or data.split (or eval_interval = 0)"),
+    ("data-split", "tiny.toml", {"data": {"split": '"969,30,x"'}},
+     'data.split = "969,30,x": part 3 "x" is not a number; give one to three comma-separated weights >= 0 (train,valid,test), e.g. "969,30,1"'),
 ]
 
 

@@ -204,7 +204,7 @@ Run train_run(JobConfig cfg, const Case& c, MPI_Comm comm, Fault fault = Fault::
   }
   // What meshrun-train reads: data.path or data.blend, and data.valid.
   const std::unique_ptr<SampleSource> sched = open_samples(training_samples(cfg, cfg.data.path));
-  const std::unique_ptr<SampleSource> valid = cfg.data.valid.empty() ? nullptr : open_samples(validation_samples(cfg));
+  const std::unique_ptr<SampleSource> valid = cfg.data.valid.empty() ? nullptr : open_samples(validation_samples(cfg, cfg.data.path));
   typename Trainer<T>::TestFaults faults;
   if (fault == Fault::stage_skips_layer)  // the second chunk forgets its first decoder layer
     faults.edit_chunks = [](std::vector<ChunkUnits>& chunks) { chunks.at(1).units.erase(chunks.at(1).units.begin()); };

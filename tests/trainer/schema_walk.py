@@ -116,6 +116,8 @@ PROBES = {
     "data.tokenizer": ("{run}/missing.model", {}, 1, "refused: "),
     "data.blend": (f'[[1, "{TEXT}"]]', {}, 1, "refused: data.blend and data.text"),
     "data.valid": ("{valid}", {}, 1, "refused: data.valid is set but training.eval_interval = 0, so it is never read"),
+    # The first 90% of the corpus's tokens: fewer shuffled windows, other samples.
+    "data.split": ("9,1", {}, 1, "differs"),
     "checkpoint.dir": ("{run}/ck", {}, 1, "differs"),
     "checkpoint.interval": ("1", {"checkpoint.dir": "{run}/ck"}, 1, "differs"),
     "checkpoint.keep": ("1", {"checkpoint.dir": "{run}/ck", "checkpoint.interval": "1"}, 1, "differs"),

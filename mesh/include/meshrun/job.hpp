@@ -119,6 +119,10 @@ struct DataSpec {
                                       // (else byte-level); recorded in checkpoints for export and sample
   std::vector<BlendEntry> blend;      // [[weight, path], ...]: datasets mixed by weight (instead of path)
   std::vector<BlendEntry> valid;      // validation data: a path (one entry, weight 1) or a blend
+  // Megatron-LM's --split: "train,valid[,test]" weights (e.g. "969,30,1") cutting every dataset of data.path or
+  // data.blend into consecutive parts: training reads the first, evaluation the second (instead of data.valid),
+  // the third is held out. "" = no split.
+  std::string split;
 };
 
 struct CheckpointSpec {

@@ -2,10 +2,12 @@
 // Pure values and functions: nothing here reads files or the environment.
 #pragma once
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "meshrun/job.hpp"
@@ -138,6 +140,15 @@ std::vector<std::string> checkpoint_input_problems(const CheckpointSpec& ck,
 // Both, data's first: what meshrun-train, `meshrun plan`, `run` and `sbatch` refuse a trainer job for.
 std::vector<std::string> input_file_problems(const JobConfig& job,
                                              const std::function<std::string(const std::string&)>& where = {});
+
+// data.split (Megatron-LM's --split, megatron/core/datasets/blended_megatron_dataset_config.py): one to three
+// comma-separated non-negative numbers (train, valid, test; missing ones are 0), normalised by their sum.
+// Returns "" and the normalised weights, or one line naming the problem and the fix.
+std::string parse_data_split(const std::string& text, std::array<double, 3>* weights);
+// Part `part` (0 train, 1 valid, 2 test) of `n` elements, as Megatron cuts it: the weights' running sums
+// lo, hi give [round(lo·n), round(hi·n)), rounding half to even (Python's round); a weight of 0 gives an
+// empty part. Megatron's elements are an indexed dataset's sequences.
+std::pair<std::int64_t, std::int64_t> data_split_range(const std::array<double, 3>& weights, int part, std::int64_t n);
 
 // Which rules a job is held to. Any program's job: the layout's (is_layout_rule). A template's: also its model's
 // and batch's (the rest of validate). A job of meshrun-train (a template it trains, or `meshrun run`/`sbatch` of

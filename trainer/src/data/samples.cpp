@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "meshrun/layout.hpp"
 #include "meshrun/train/model/params.hpp"
 
 namespace meshrun::train {
@@ -23,24 +24,43 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// Tokens [begin, end) of another stream: one part of data.split (sequences are back to back in an indexed
+// dataset's .bin, so a range of sequences is a range of tokens).
+class TokenRange final : public TokenStream {
+ public:
+  TokenRange(std::unique_ptr<TokenStream> whole, std::int64_t begin, std::int64_t end)
+      : whole_(std::move(whole)), begin_(begin), end_(end) {}
+  std::int64_t tokens() const override { return end_ - begin_; }
+  std::int32_t at(std::int64_t i) const override { return whole_->at(begin_ + i); }
+  const TokenStream& whole() const { return *whole_; }
+
+ private:
+  std::unique_ptr<TokenStream> whole_;
+  std::int64_t begin_, end_;
+};
+
 // One dataset's windows, owning its token stream.
 class OneDataset final : public SampleSource {
  public:
-  OneDataset(std::unique_ptr<TokenStream> stream, const SampleSpec& s, std::uint64_t seed)
-      : stream_(std::move(stream)), schedule_(*stream_, s.seq_len, s.global_batch, s.shuffle, seed) {}
+  OneDataset(std::unique_ptr<TokenStream> stream, const SampleSpec& s, std::uint64_t seed, std::string part_range = "")
+      : stream_(std::move(stream)), schedule_(*stream_, s.seq_len, s.global_batch, s.shuffle, seed),
+        part_range_(std::move(part_range)) {}
+  const std::string& part_range() const { return part_range_; }
   void tokens(std::int64_t index, const std::int32_t* positions, std::int64_t count, std::int32_t* ids,
               std::int32_t* targets) const override {
     schedule_.tokens(index, positions, count, ids, targets);
   }
   std::int64_t total_tokens() const override { return stream_->tokens(); }
   std::int64_t documents() const {  // -1 for a raw token file
-    const auto* indexed = dynamic_cast<const IndexedTokens*>(stream_.get());
+    const auto* range = dynamic_cast<const TokenRange*>(stream_.get());
+    const auto* indexed = dynamic_cast<const IndexedTokens*>(range ? &range->whole() : stream_.get());
     return indexed ? indexed->dataset().documents() : -1;
   }
 
  private:
   std::unique_ptr<TokenStream> stream_;
   BatchSchedule schedule_;
+  std::string part_range_;  // what of the dataset data.split's part is ("" without a split)
 };
 
 class Blend final : public SampleSource {
@@ -57,6 +77,8 @@ class Blend final : public SampleSource {
     for (const auto& p : parts_) n += p->total_tokens();
     return n;
   }
+  const OneDataset& part(std::size_t d) const { return *parts_[d]; }
+  std::size_t size() const { return parts_.size(); }
   DataIdentity identity() const override {
     DataIdentity id{total_tokens(), {}};
     for (std::size_t d = 0; d < parts_.size(); ++d)
@@ -98,7 +120,48 @@ std::unique_ptr<TokenStream> open_stream(const std::string& path, const SampleSp
   return stream;
 }
 
+std::string split_part_name(const SampleSpec& s) {
+  static const char* const kPartName[] = {"training", "validation", "test"};
+  return std::string("the ") + kPartName[s.split_part] + " part of data.split \"" + s.split_text + "\"";
+}
+
+// data.split's part of one opened dataset (`stream` returned whole without a split), holding at least `need`
+// tokens; `part` receives what was cut, for the run's first lines.
+std::unique_ptr<TokenStream> split_part(std::unique_ptr<TokenStream> stream, const std::string& name, const SampleSpec& s,
+                                        std::int64_t need, std::string* part) {
+  if (s.split_text.empty()) return stream;
+  const auto* indexed = dynamic_cast<const IndexedTokens*>(stream.get());
+  const std::int64_t n = indexed ? indexed->dataset().sequences() : stream->tokens();
+  const auto [a, b] = meshrun::data_split_range(s.split, s.split_part, n);
+  const auto token_at = [&](std::int64_t k) -> std::int64_t {
+    if (!indexed) return k;
+    return k < n ? indexed->dataset().sequence_start(k) : stream->tokens();
+  };
+  const std::int64_t t0 = token_at(a), t1 = token_at(b);
+  const std::string unit = indexed ? "sequences" : "tokens";
+  *part = unit + " " + std::to_string(a) + ".." + std::to_string(b - 1) + " of " + std::to_string(n) +
+          (indexed ? " (" + std::to_string(t1 - t0) + " tokens)" : "");
+  const std::string head = split_part_name(s);
+  if (t1 - t0 < need)
+    throw DataError(name + ": " + head + (b > a ? ": " + *part + ", holds fewer tokens than "
+                                                : " is empty (0 of its " + std::to_string(n) + " " + unit + "), while ") +
+                    (need == s.seq_len + 1 ? "one sample needs (" : "one batch needs (") + std::to_string(need) +
+                    (need == s.seq_len + 1 ? " = seq_len + 1" : " = global_batch_size·seq_len + 1") +
+                    "); give that part a larger weight, use more data, or a shorter training.seq_len");
+  return std::make_unique<TokenRange>(std::move(stream), t0, t1);
+}
+
 }  // namespace
+
+std::string split_description(const SampleSpec& spec, const SampleSource& source) {
+  if (spec.split_text.empty()) return "";
+  if (const auto* one = dynamic_cast<const OneDataset*>(&source)) return split_part_name(spec) + ": " + one->part_range();
+  const auto* blend = dynamic_cast<const Blend*>(&source);
+  if (!blend) return "";
+  std::string text = split_part_name(spec) + " of each dataset: ";
+  for (std::size_t d = 0; d < blend->size(); ++d) text += (d ? "; " : "") + blend->part(d).part_range();
+  return text;
+}
 
 bool is_indexed_dataset(const std::string& path) {
   if (ends_with(path, ".idx")) return true;
@@ -164,15 +227,22 @@ std::unique_ptr<SampleSource> open_samples(const SampleSpec& s) {
   if (s.vocab <= 0 || s.vocab > std::int64_t{INT32_MAX} + 1)
     throw DataError("model.vocab = " + std::to_string(s.vocab) + " is outside [1, 2^31]; token ids are int32 in the batches");
   if (s.datasets.empty()) throw DataError(s.key + " names no dataset; set it to a token file or an indexed dataset");
-  if (s.datasets.size() == 1)
-    return std::make_unique<OneDataset>(open_stream(s.datasets[0].path, s, s.global_batch), s, s.seed);
+  if (s.datasets.size() == 1) {
+    // Training reads batches of the part; evaluation needs one sample.
+    const std::int64_t need = (s.split_part == 0 ? s.global_batch : 1) * s.seq_len + 1;
+    std::string part;
+    auto stream = split_part(open_stream(s.datasets[0].path, s, s.global_batch), s.datasets[0].path, s, need, &part);
+    return std::make_unique<OneDataset>(std::move(stream), s, s.seed, part);
+  }
   // A blend: each dataset needs one sample; dataset d > 0 is shuffled with its own key (d = 0 keeps the seed).
   std::vector<std::unique_ptr<OneDataset>> parts;
   std::vector<double> weights;
   for (std::size_t d = 0; d < s.datasets.size(); ++d) {
     const std::uint64_t seed = d == 0 ? s.seed : mix64(s.seed ^ mix64(0x424c454e44ULL + d));
     try {
-      parts.push_back(std::make_unique<OneDataset>(open_stream(s.datasets[d].path, s, 1), s, seed));
+      std::string part;
+      auto stream = split_part(open_stream(s.datasets[d].path, s, 1), s.datasets[d].path, s, s.seq_len + 1, &part);
+      parts.push_back(std::make_unique<OneDataset>(std::move(stream), s, seed, part));
     } catch (const DataError& e) {
       throw DataError(s.key + " entry " + std::to_string(d) + ": " + e.msg);
     }
@@ -196,11 +266,19 @@ SampleSpec training_samples(const JobConfig& cfg, const std::string& token_file)
   s.shuffle = cfg.data.shuffle;
   s.seed = cfg.training.seed;
   s.byte_level = cfg.data.tokenizer.empty();
+  if (!cfg.data.split.empty()) {
+    if (const std::string why = meshrun::parse_data_split(cfg.data.split, &s.split); !why.empty()) throw DataError(why);
+    s.split_text = cfg.data.split;
+  }
   return s;
 }
 
-SampleSpec validation_samples(const JobConfig& cfg) {
-  SampleSpec s = training_samples(cfg, "");
+SampleSpec validation_samples(const JobConfig& cfg, const std::string& token_file) {
+  SampleSpec s = training_samples(cfg, token_file);
+  if (!s.split_text.empty()) {
+    s.split_part = 1;
+    return s;
+  }
   s.datasets = cfg.data.valid;
   s.key = "data.valid";
   return s;

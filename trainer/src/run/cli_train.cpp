@@ -233,36 +233,46 @@ void check_launcher_agrees(const std::map<std::string, std::string>& env, const 
 
 // ---- meshrun-train's run, step by step (every rank makes the same collective calls in the same order) ----
 
+// Validation samples to open: data.valid's, or data.split's second part when the run evaluates (the rules refuse
+// eval_interval > 0 without either, and data.valid with eval_interval = 0).
+bool has_validation_data(const JobConfig& cfg) {
+  return !cfg.data.valid.empty() || (!cfg.data.split.empty() && cfg.training.eval_interval > 0);
+}
+
 // The training samples (data.path, built from data.text first when asked, or data.blend) and, with data.valid,
 // the validation samples, opened on every rank.
 // `line` receives rank 0's line naming the data read (its file, tokens and dtype), printed with the run's banner.
 std::unique_ptr<SampleSource> open_sample_source(const JobConfig& cfg, int rank, bool validation, std::string* line) {
   std::string path;
-  if (!validation && cfg.data.blend.empty()) {
+  const bool split = !cfg.data.split.empty();  // validation reads the training datasets' second part
+  if ((!validation || split) && cfg.data.blend.empty()) {
     path = token_file_path(cfg, rank);
-    ensure_token_file(cfg, path, rank);
+    if (!validation) ensure_token_file(cfg, path, rank);
   }
   std::unique_ptr<SampleSource> source;
-  std::string err;
+  std::string err, part;
   try {
-    source = open_samples(validation ? validation_samples(cfg) : training_samples(cfg, path));
+    const SampleSpec spec = validation ? validation_samples(cfg, path) : training_samples(cfg, path);
+    source = open_samples(spec);
+    part = split_description(spec, *source);  // with data.split it names the tokens read
   } catch (const DataError& e) {
     err = e.what();
   }
   if (!all_ok(err.empty())) throw InputError(err.empty() ? "the data failed to load on another rank" : err);
   if (rank == 0 && line) {  // the first lines name the data read: its file, its size and its dtype
-    const std::vector<BlendEntry>& entries = validation ? cfg.data.valid : cfg.data.blend;
+    const std::vector<BlendEntry>& entries = validation && !split ? cfg.data.valid : cfg.data.blend;
     const std::string what = validation ? "validation data" : "data";
-    const std::string tokens = std::to_string(source->identity().tokens);
-    if (entries.size() > 1 || (!validation && !cfg.data.blend.empty())) {
+    const std::string tokens = part.empty() ? ", " + std::to_string(source->identity().tokens) + " tokens" : "";
+    if (entries.size() > 1 || ((!validation || split) && !cfg.data.blend.empty())) {
       *line = "meshrun-train: " + what + ": a blend of " + std::to_string(entries.size()) + " datasets (" +
-              (validation ? "data.valid" : "data.blend") + "), " + tokens + " tokens";
+              (validation && !split ? "data.valid" : "data.blend") + ")" + tokens;
     } else {
       const std::string file = entries.empty() ? path : entries.front().path;
-      *line = "meshrun-train: " + what + ": " + file + ", " + tokens + " tokens, " +
+      *line = "meshrun-train: " + what + ": " + file + tokens + ", " +
               (is_indexed_dataset(file) ? "a Megatron indexed dataset (dtype from its .idx)"
                                         : cfg.data.token_dtype + " (raw token file, data.token_dtype)");
     }
+    if (!part.empty()) *line += "; " + part;
   }
   return source;
 }
@@ -588,7 +598,7 @@ int train(const JobConfig& cfg, const Layout& layout, const Args& args, int rank
   std::string data_line, valid_line;
   const std::unique_ptr<SampleSource> samples = open_sample_source(cfg, rank, false, &data_line);
   const std::unique_ptr<SampleSource> valid =
-      cfg.data.valid.empty() ? nullptr : open_sample_source(cfg, rank, true, &valid_line);
+      has_validation_data(cfg) ? open_sample_source(cfg, rank, true, &valid_line) : nullptr;
   // CUDA at world > 1: the backend on this rank's device and NCCL groups over it (docs/gpu.md, "NCCL").
   std::unique_ptr<device::Backend> device_backend;
   Groups device_groups;

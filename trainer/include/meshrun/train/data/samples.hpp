@@ -10,6 +10,7 @@
 // sample i comes from the dataset d whose error weight_d · max(i, 1) − (samples drawn from d before i) is
 // largest (the first on a tie), as that dataset's next sample. The result depends on i alone.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,13 +68,23 @@ struct SampleSpec {
   // No data.tokenizer: meshrun-ckpt sample and export read the ids as bytes, so an id >= 256 (with a model.vocab
   // above 256) is refused at open, naming data.tokenizer as the fix.
   bool byte_level = false;
+  // data.split: every dataset cut into Megatron's parts (mesh's data_split_range over an indexed dataset's
+  // sequences, a raw file's tokens) and part `split_part` (0 train, 1 valid) read. split_text = data.split.
+  std::string split_text;
+  std::array<double, 3> split{0, 0, 0};
+  int split_part = 0;
 };
 
 // The sample source of `spec`: its files opened (DataError in one line naming the file and the fix).
 std::unique_ptr<SampleSource> open_samples(const SampleSpec& spec);
 
 // The training and validation datasets of a job (data.path or data.blend; data.valid), for open_samples.
+// With data.split, validation reads the second part of the training datasets (token_file is data.path's).
 SampleSpec training_samples(const JobConfig& cfg, const std::string& token_file);
-SampleSpec validation_samples(const JobConfig& cfg);
+SampleSpec validation_samples(const JobConfig& cfg, const std::string& token_file);
+
+// With data.split: which part a source read, for the run's first lines ("" without data.split), e.g.
+// "the training part of data.split \"969,30,1\": sequences 0..968 of 1000 (12345 tokens)".
+std::string split_description(const SampleSpec& spec, const SampleSource& source);
 
 }  // namespace meshrun::train
