@@ -5,6 +5,8 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "agree.hpp"
@@ -14,9 +16,19 @@ namespace meshrun::train::cli {
 
 namespace {
 
-volatile sig_atomic_t g_stop_bits = 0;  // 1: checkpoint.signal, 2: SIGTERM
+volatile sig_atomic_t g_stop_bits = 0;  // 1: checkpoint.signal, 2: SIGTERM, 4: SIGINT (Ctrl-C; handled as SIGTERM)
 int g_checkpoint_signal = SIGUSR1;
-extern "C" void on_stop_signal(int sig) { g_stop_bits = g_stop_bits | (sig == g_checkpoint_signal ? 1 : 2); }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_bits = g_stop_bits | (sig == g_checkpoint_signal ? 1 : sig == SIGINT ? 4 : 2);
+}
+
+// The exit status after a committed signal-driven save: 75 (EX_TEMPFAIL), or MESHRUN_STOP_EXIT_STATUS = 0, which
+// `meshrun run` sets for the ranks it starts under mpirun (mpirun would otherwise abort the job and print its
+// banner on the first non-zero exit; meshrun run itself exits 75 after reading DIR/status).
+int saved_stop_exit_status() {
+  const char* v = std::getenv("MESHRUN_STOP_EXIT_STATUS");
+  return v && std::string(v) == "0" ? 0 : kPreemptedExitCode;
+}
 
 int signal_number(const std::string& name) {
   std::string s = name;
@@ -54,6 +66,7 @@ void install_stop_handlers(const std::string& signal) {
   sa.sa_flags = SA_RESTART;
   ::sigaction(g_checkpoint_signal, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  if (g_checkpoint_signal != SIGINT) ::sigaction(SIGINT, &sa, nullptr);
 }
 
 int agreed_stop_bits() {
@@ -66,7 +79,7 @@ int stop_after_step(int stop, int step, const std::string& dir, int rank, const 
                     const std::function<bool(int, std::string*)>& save) {
   std::string why;
   const bool requested = stop & 1;
-  const char* sig = requested ? signal_text(g_checkpoint_signal) : "TERM";
+  const char* sig = requested ? signal_text(g_checkpoint_signal) : stop & 2 ? "TERM" : "INT";
   if (rank == 0) {
     std::printf("meshrun-train: SIG%s received; stopping after step %d\n", sig, step);
     std::fflush(stdout);
@@ -84,7 +97,8 @@ int stop_after_step(int stop, int step, const std::string& dir, int rank, const 
     if (saved) {
       write_status_file(dir, "saved " + std::to_string(step) + " " + sig);
       std::printf("meshrun-train: stopped after step %d on SIG%s; checkpoint step-%d is committed; %s says so; every "
-                  "rank exits %d\n", step, sig, step, status_file_path(dir).c_str(), kPreemptedExitCode);
+                  "rank exits %d%s\n", step, sig, step, status_file_path(dir).c_str(), saved_stop_exit_status(),
+                  saved_stop_exit_status() == 0 ? " (MESHRUN_STOP_EXIT_STATUS: meshrun run reports 75)" : "");
     } else {
       write_status_file(dir, "not-saved " + std::to_string(step) + " " + sig + " " + why);
       std::printf("meshrun-train: stopped after step %d on SIG%s without saving: %s; latest checkpoint: %s\n", step,
@@ -93,7 +107,7 @@ int stop_after_step(int stop, int step, const std::string& dir, int rank, const 
     std::fflush(stdout);
   }
   MPI_Barrier(MPI_COMM_WORLD);  // no rank exits before the status file exists
-  return saved ? kPreemptedExitCode : 1;
+  return saved ? saved_stop_exit_status() : 1;
 }
 
 }  // namespace meshrun::train::cli
