@@ -106,8 +106,8 @@ int supervise(std::vector<char*>& cargv, const std::string& ckdir, const std::st
       told = g_signals;
       const char* name = g_last_signal == SIGINT ? "SIGINT" : g_last_signal == SIGTERM ? "SIGTERM" : "SIGHUP";
       if (told == 1)
-        std::fprintf(stderr, "meshrun run: %s: the ranks save and stop after this step (SIG%s through mpirun); "
-                             "send it again to abort without saving\n", name, relay_name.c_str());
+        std::fprintf(stderr, "meshrun run: %s: asking the ranks to save and stop after this step (SIG%s through "
+                             "mpirun); send it again to abort without saving\n", name, relay_name.c_str());
       else
         std::fprintf(stderr, "meshrun run: %s again: aborting the job (SIGTERM to mpirun)\n", name);
     }
