@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <numeric>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -53,8 +54,11 @@ const char* kPlanHelp =
     "  --calibrate RUN.jsonl... [-o FILE]  fit the planner's constants to meshrun-train metrics files, starting\n"
     "                           from --calibration FILE; print every run's error before and after and write the\n"
     "                           fitted calibration to FILE (else stdout)\n"
-    "  --for megatron|torchtitan  print the flags that make that framework build this rank map (one line, the\n"
-    "                           words `meshrun exec --for` appends; with a template also the batch flags)\n"
+    "  --for megatron|torchtitan  plan for that framework (as the template's job.trainer does): its rules, and\n"
+    "                           the flags that make it build this rank map (the words `meshrun exec --for`\n"
+    "                           appends; with a template also the model's and batch flags). Alone: the flags\n"
+    "                           on one line; with --estimate, --schedule, --search or --format json: the plan\n"
+    "                           with the flags and the framework's estimate\n"
     "%s"
     "\n"
     "examples:\n"
@@ -64,6 +68,18 @@ const char* kPlanHelp =
     "  meshrun plan templates/llama3-70b.toml --schedule --format svg > 70b.svg\n"
     "\n"
     "exit status: 0 valid, 2 invalid input (reasons on stderr, nothing on stdout)\n";
+
+const char* framework_key(meshrun::Framework f) { return f == meshrun::Framework::megatron ? "megatron" : "torchtitan"; }
+
+// The job the planner estimates for a framework: the model it builds (Megatron pads the vocabulary to a
+// multiple of 128 × `tp`) and the logits it keeps (the full logits of a micro-batch until its backward, where
+// meshrun-train fuses the head with the loss). Without a framework, the job itself.
+meshrun::JobConfig framework_job(meshrun::JobConfig job, std::optional<meshrun::Framework> f, int tp) {
+  if (!f) return job;
+  job.planner.fused_head = false;
+  if (*f == meshrun::Framework::megatron) job.model.vocab = static_cast<int64_t>(meshrun::megatron_padded_vocab(job.model.vocab, tp));
+  return job;
+}
 
 int fail(const std::string& msg) {
   std::fputs(meshrun::message_lines("meshrun plan: ", msg).c_str(), stderr);
@@ -216,8 +232,9 @@ int cmd_plan(int argc, char** argv) {
       throw ConfigError("--calibrate needs the planner, which this build does not include");
 #endif
     }
-    if (framework && (schedule || search || estimate || format != "table"))
-      throw ConfigError("--for prints the framework's flags alone; leave out --schedule, --search, --estimate and --format");
+    if (framework && format == "svg")
+      throw ConfigError("--for with --format svg: the drawing has no place for the framework's flags; use --format "
+                        "table or json with --for, or leave --for out for the drawing");
     if (max_width > 0 && (!schedule || format != "table"))
       throw ConfigError("--max-width folds the text timeline of --schedule; give --schedule with --format table (the "
                         "default), or leave --max-width out");
@@ -241,15 +258,24 @@ int cmd_plan(int argc, char** argv) {
     return fail(e.what());
   }
 
+  // The program the plan is for: --for, else the template's job.trainer (meshrun: meshrun-train). --for alone
+  // prints that framework's flags and nothing else, as `meshrun exec --for` appends them.
+  const bool flags_only = framework && !schedule && !search && !estimate && format == "table";
+  if (!framework && !req.template_path.empty()) framework = parse_framework(cfg.job.job.trainer);
+
   std::vector<Problem> problems;
   Cluster cluster = resolve_cluster(cfg.job.cluster, &problems);
 #ifdef MESHRUN_HAVE_PLANNER
   if (search) {
     // [search] The planner ranks every valid layout for the model, cluster and batch; the template's own
-    // layout does not matter here, so only the cluster must be valid.
+    // layout does not matter here, so only the cluster must be valid. For a framework, the model it builds:
+    // Megatron's vocabulary padded for every tp the search may pick (a multiple of 128 × each of them: the
+    // NVLink domain's and the node's GPU counts), and full logits kept until the backward.
     if (!problems.empty()) return fail(problems.front().message);
     try {
-      auto result = planner::search(cfg.job, top);
+      JobConfig job = framework_job(cfg.job, framework, std::lcm(std::max(cluster.nvlink_domain_gpus, 1),
+                                                                   std::max(cluster.gpus_per_node, 1)));
+      auto result = planner::search(job, top);
       std::string text = format == "json" ? planner::search_json(result) + "\n" : "";
       if (format != "json") {
         std::ostringstream o;
@@ -268,7 +294,10 @@ int cmd_plan(int argc, char** argv) {
   // Without a template the layout's rules alone; a template's model gets the bundled trainer's rules too,
   // unless the flags are for another trainer (--for). The site's [env] policy applies as at submission.
   const bool layout_only = req.template_path.empty();
-  const RuleSet rules = layout_only ? RuleSet::layout : framework ? RuleSet::model : RuleSet::trainer;
+  const RuleSet rules = layout_only                         ? RuleSet::layout
+                        : framework == Framework::megatron   ? RuleSet::megatron
+                        : framework == Framework::torchtitan ? RuleSet::torchtitan
+                                                             : RuleSet::trainer;
   const EnvPolicy policy = env_inputs(cfg).policy;
   // Out of memory is one line naming the sizes, here and below (the output's size follows the input).
   auto out_of_memory = [&] {
@@ -297,18 +326,24 @@ int cmd_plan(int argc, char** argv) {
   const std::optional<Layout>& layout = res.layout;
   const std::vector<std::string>& checks = res.checks;
 
-  if (framework) {  // the flags alone, one shell-quoted line
+  std::optional<FrameworkFlags> flags;  // the framework's, when the plan is for one
+  if (framework) {
     std::optional<BatchGeometry> geometry;
     if (!layout_only) {
       std::string why;
       geometry = batch_geometry(cfg.job.training, *layout, &why);
       if (!geometry) return fail(why);
     }
-    const FrameworkFlags ff = framework_flags(*framework, cfg.job, *layout, geometry ? &*geometry : nullptr);
-    if (!ff.refusal.empty()) return fail(std::string("--for ") + (*framework == Framework::megatron ? "megatron" : "torchtitan") + ": " + ff.refusal);
-    std::printf("%s\n", launch::shell_join(ff.flags).c_str());
-    return 0;
+    flags = framework_flags(*framework, cfg.job, *layout, geometry ? &*geometry : nullptr);
+    if (!flags->refusal.empty()) return fail(std::string("--for ") + framework_key(*framework) + ": " + flags->refusal);
+    if (flags_only) {  // one shell-quoted line
+      std::printf("%s\n", launch::shell_join(flags->flags).c_str());
+      return 0;
+    }
   }
+  // The vocabulary Megatron builds (padded for this tp), shown beside its flags and used by its estimate.
+  const long long padded_vocab =
+      framework == Framework::megatron ? megatron_padded_vocab(cfg.job.model.vocab, layout->tp) : cfg.job.model.vocab;
 
 #ifdef MESHRUN_HAVE_PLANNER
   std::optional<planner::Estimate> est;
@@ -317,7 +352,7 @@ int cmd_plan(int argc, char** argv) {
     if (std::string why = planner::schedule_problem(cfg.job, *layout); !why.empty())
       return fail(cli::at_batch_origin(cfg, why));
     try {
-      est = planner::estimate(cfg.job);
+      est = planner::estimate(framework_job(cfg.job, framework, layout->tp));
     } catch (const ConfigError& e) {
       return fail(e.what());
     }
@@ -389,6 +424,14 @@ int cmd_plan(int argc, char** argv) {
       JsonWriter j(out);
       j.begin_object();
       cli::render_plan_json_body(j, view, flush);
+      if (flags) {
+        j.key("framework").begin_object().field("name", framework_key(*framework)).field("program", framework_name(*framework));
+        j.key("flags").begin_array();
+        for (const std::string& w : flags->flags) j.value(w);
+        j.end_array();
+        if (!layout_only) j.field("vocab", static_cast<int64_t>(padded_vocab));
+        j.end_object();
+      }
       if (sched) {
         j.key("schedule");
         cli::render_schedule_json(j, *sched);
@@ -405,6 +448,12 @@ int cmd_plan(int argc, char** argv) {
     }
     std::ostringstream o;
     cli::render_plan_table(o, view);
+    if (flags) {
+      o << "\n" << framework_name(*framework) << " flags: " << launch::shell_join(flags->flags) << "\n";
+      if (framework == Framework::megatron && !layout_only)
+        o << "vocabulary " << cfg.job.model.vocab << (padded_vocab == cfg.job.model.vocab ? " (" : " padded to " + std::to_string(padded_vocab) + " (")
+          << "Megatron-LM: a multiple of --make-vocab-size-divisible-by 128 × tp " << layout->tp << ")\n";
+    }
 #ifdef MESHRUN_HAVE_PLANNER
     if (estimate) {
       o << "\n";

@@ -130,8 +130,15 @@ bool is_trainer_command(const std::vector<std::string>& command) {
 Resolved resolve(const Config& cfg, bool trainer_job) {
   // A job of meshrun-train gets its rules, as the trainer will check them; the job's [env] is checked against
   // the site's policy before anything is submitted or started.
+  // A template for a framework (job.trainer) gets that framework's rules under its own command, and is no job
+  // of meshrun-train; another program's job gets the model's rules.
   const EnvPolicy policy = env_inputs(cfg).policy;
-  Resolution res = resolve_job(cfg, {trainer_job ? RuleSet::trainer : RuleSet::model, 0, &policy});
+  RuleSet rules = trainer_job ? RuleSet::trainer : RuleSet::model;
+  if (const RuleSet named = rules_for_job(cfg.job, true); named != RuleSet::trainer) {
+    if (trainer_job) throw ConfigError(meshrun_train_refusal(cfg.job, data_key_location(cfg)("job.trainer")));
+    rules = named;
+  }
+  Resolution res = resolve_job(cfg, {rules, 0, &policy});
   if (!res.ok()) fail(cfg, res.problems);
   // meshrun-train's input files, before anything is submitted or started (one line per missing file).
   if (trainer_job)

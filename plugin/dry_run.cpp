@@ -13,8 +13,9 @@ std::string render_dry_run(const StepPlan& plan, int max_nodes) {
   out += "meshrun dry run: " + s(map.world()) + " ranks on " + s(plan.cluster.nodes) + " nodes × " +
          s(plan.cluster.gpus_per_node) + " tasks, order " + l.order.str() + "\n";
   out += std::string("  rules: ") + rule_set_name(plan.rules) +
-         (plan.rules == RuleSet::layout ? " (no --mesh-template: no model to check)\n"
-                                        : " (the template's model, as meshrun-train checks it)\n");
+         (plan.rules == RuleSet::layout    ? " (no --mesh-template: no model to check)\n"
+          : plan.rules == RuleSet::trainer ? " (the template's model, as meshrun-train checks it)\n"
+                                           : " (the template's model, as its job.trainer checks it)\n");
   for (const char* key : {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.dp", "parallel.ep", "parallel.order"})
     out += "  " + std::string(key) + " = " + value_text(plan.config.job, key) + "  (" +
            plan.config.origin_of(key).str() + ")\n";

@@ -108,10 +108,11 @@ StepPlan plan_step(const MeshOptions& opts, const PlugstackArgs& args, const Ste
                                                std::to_string(limits::kWorld) + " ranks)"});
     return plan;
   }
-  // The template's model is meshrun-train's: what the plugin accepts, the trainer runs. Without a template,
-  // the layout's rules alone. The [env] policy was checked above, before the job shape is known.
+  // The template's model is meshrun-train's unless its job.trainer names a framework (that framework's rules):
+  // what the plugin accepts, the trainer runs. Without a template, the layout's rules alone. The [env] policy
+  // was checked above, before the job shape is known.
   const bool full = opts.template_file.has_value();
-  Resolution res = resolve_job(plan.config, {full ? RuleSet::trainer : RuleSet::layout, shape.tasks, nullptr, with_warnings});
+  Resolution res = resolve_job(plan.config, {rules_for_job(plan.config.job, full), shape.tasks, nullptr, with_warnings});
   plan.rules = res.rules;
   plan.cluster = std::move(res.cluster);
   plan.layout = std::move(res.layout);

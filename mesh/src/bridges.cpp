@@ -226,6 +226,11 @@ FrameworkFlags framework_flags(Framework f, const JobConfig& cfg, const Layout& 
   return f == Framework::megatron ? megatron(cfg, layout, geometry) : torchtitan(cfg, layout, geometry);
 }
 
+long long megatron_padded_vocab(long long vocab, int tp) {
+  const long long multiple = 128LL * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
 std::string merge_with_command(const std::vector<std::string>& command, std::vector<std::string>* flags) {
   // A flag word is "--name" with its values next (the words up to the next "--": one for most flags, two
   // for --hierarchical-context-parallel-sizes and --recompute-modules here, none for a boolean) or

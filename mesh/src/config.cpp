@@ -58,6 +58,10 @@ std::vector<Field> make_schema() {
   add(field("job.qos", &JobConfig::job, &JobSpec::qos, V::string, "Slurm QOS"));
   add(field("job.output_dir", &JobConfig::job, &JobSpec::output_dir, V::string,
             "meshrun-train's run directory: metrics.jsonl goes there (default: checkpoint.dir)"));
+  add(choose(field("job.trainer", &JobConfig::job, &JobSpec::trainer, V::string,
+                   "the program that trains the template: meshrun (meshrun-train), megatron or torchtitan; picks "
+                   "the rules the job is held to"),
+             {"meshrun", "megatron", "torchtitan"}));
 
   add(at_most(at_least(field("cluster.nodes", &JobConfig::cluster, &ClusterSpec::nodes, V::integer, "node count (0 = from hostlist)"), 0), limits::kHosts));
   add(at_most(at_least(field("cluster.gpus_per_node", &JobConfig::cluster, &ClusterSpec::gpus_per_node, V::integer, "GPUs per node (0 = from node_type)"), 0), limits::kGpusPerNode));

@@ -105,11 +105,13 @@ std::vector<Problem> validate_trainer(const JobConfig& cfg, const Layout& l, std
   check("trainer-mlp");
   if (m.mlp != "swiglu")
     p.push_back({"trainer-mlp", "model.mlp = \"" + m.mlp + "\": meshrun-train builds the Llama SwiGLU MLP; set "
-                                    "model.mlp = \"swiglu\" (or plan for another trainer with --for)"});
+                                    "model.mlp = \"swiglu\", or set job.trainer = \"megatron\" (Megatron-LM builds GELU MLPs; "
+                                    "its flags: meshrun plan --for megatron)"});
   check("trainer-tied-embeddings");
   if (m.tied_embeddings)
     p.push_back({"trainer-tied-embeddings", "model.tied_embeddings = true: meshrun-train keeps Llama's untied LM head; "
-                                                "set it to false (or plan for another trainer with --for)"});
+                                                "set it to false, or set job.trainer = \"megatron\" (Megatron-LM ties them; its "
+                                                "flags: meshrun plan --for megatron)"});
   check("cp-comm");
   const std::string& cc = cfg.parallel.cp_comm;
   const bool cc_known = cc == "ring" || cc == "allgather" || cc == "alltoall" || cc == "alltoall+ring";

@@ -83,7 +83,13 @@ refused "torchtitan, ZeRO-1" "torchtitan has no ZeRO-1" "$T/tiny.toml" --for tor
 refused "torchtitan, EP with TP" "takes EP ranks from TP first" "$T/mixtral-8x7b.toml" --for torchtitan --set parallel.order=tp-cp-ep-dp-pp
 refused "torchtitan, pp-before-dp order" "torchtitan's device mesh is (pp, dp_replicate, dp_shard, cp, tp)" "$T/llama3-405b.toml" --for torchtitan
 refused "an unknown framework" "--for deepspeed: unknown framework; use megatron or torchtitan" "$T/tiny.toml" --for deepspeed
-refused "--for with --format" "--for prints the framework's flags alone" "$T/tiny.toml" --for megatron --format json
+refused "--for with --format svg" "--for with --format svg: the drawing has no place for the framework's flags" \
+  "$T/tiny.toml" --for megatron --format svg
+# --for with --format json: the plan and the framework's flags together (the same words as --for alone).
+alone=$("$M" plan "$T/tiny.toml" --for megatron)
+json_flags=$("$M" plan "$T/tiny.toml" --for megatron --format json | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["framework"]["flags"]))')
+[[ -n $alone && $json_flags == "$alone" ]] && pass "--for with --format json: the plan with the same flags" ||
+  bad "--for --format json flags '$json_flags' differ from --for alone '$alone'"
 
 # Context parallelism's cp_comm as Megatron-Core's cp_comm_type: p2p, all_gather, a2a, a2a+p2p with
 # --hierarchical-context-parallel-sizes (a2a group first: Megatron's level-1 groups are consecutive CP ranks,

@@ -115,6 +115,22 @@ TEST_CASE("with a template, flags win, model checks apply, bad files are reporte
   std::remove(bad.c_str());
 }
 
+TEST_CASE("a template's job.trainer picks the rules the step is held to") {
+  // megatron-gpt-1.7b: GELU, tied embeddings, vocab 50257 (Megatron pads it; meshrun-train would refuse all three).
+  MeshOptions o;
+  o.template_file = std::string(MESHRUN_TEMPLATES_DIR) + "/megatron-gpt-1.7b.toml";
+  o.tp = 8;
+  auto p = plan_step(o, {}, step(4, 32, 8));
+  REQUIRE(p.layout);
+  CHECK(p.rules == meshrun::RuleSet::megatron);
+  CHECK(render_dry_run(p, 4).find("rules: layout+model+megatron (the template's model, as its job.trainer checks it)") !=
+        std::string::npos);
+  // Megatron's own rules still apply: a rank order its groups cannot follow.
+  o.order = "tp-dp-cp-ep-pp";
+  p = plan_step(o, {}, step(4, 32, 8));
+  CHECK(mentions(p, "Megatron-LM builds its groups in the order tp-cp-ep-dp-pp"));
+}
+
 TEST_CASE("relative template paths start at the step's directory") {
   CHECK(resolve_template("a.toml", "/home/u") == "/home/u/a.toml");
   CHECK(resolve_template("/x/a.toml", "/home/u") == "/x/a.toml");

@@ -53,6 +53,7 @@ BASE = {
 # key: (value, {other keys this probe sets}, ranks, "differs" | "refused: <text of the one line>")
 PROBES = {
     "job.output_dir": ("{run}/elsewhere", {}, 1, "differs"),
+    "job.trainer": ("megatron", {}, 1, "refused: job.trainer = \"megatron\": the template is for Megatron-LM, which meshrun-train does not run"),
     "model.name": ("another-name", {}, 1, "reported"),  # a label: the run record and the exports carry it
     "model.layers": ("2", {}, 1, "differs"),
     "model.hidden": ("64", {}, 1, "differs"),

@@ -29,6 +29,10 @@ struct FrameworkFlags {
 // batch flags stay the ones it gives.
 FrameworkFlags framework_flags(Framework f, const JobConfig& cfg, const Layout& layout, const BatchGeometry* geometry);
 
+// The vocabulary Megatron-LM builds for `vocab` tokens at tensor-parallel size `tp`: padded up to a multiple of
+// --make-vocab-size-divisible-by (default 128) × tp (megatron/training/tokenizer: _vocab_size_with_padding).
+long long megatron_padded_vocab(long long vocab, int tp);
+
 // Words of `flags` (flag, value, flag, ...) the command already has: "" when it has none or the same values
 // (those are then dropped from *flags, so nothing is said twice), else one line naming the first flag whose
 // value differs (the framework's parser would take the last one given, silently).

@@ -147,6 +147,10 @@ struct JobSpec {
   std::string time = "01:00:00";
   std::string partition, account, qos;
   std::string output_dir;  // the run's directory for meshrun-train's metrics (else checkpoint.dir's)
+  // The program that trains this template: "meshrun" (meshrun-train, what `meshrun run` starts), "megatron"
+  // or "torchtitan". It picks the rules the job is held to (rules_for_job, layout.hpp) and, for a framework,
+  // the flags `meshrun plan` prints; meshrun-train and `meshrun run` without a command refuse a framework's.
+  std::string trainer = "meshrun";
 };
 
 // The planner's inputs beyond the job itself (docs/planner.md, "Calibration").

@@ -150,11 +150,23 @@ std::string parse_data_split(const std::string& text, std::array<double, 3>* wei
 // empty part. Megatron's elements are an indexed dataset's sequences.
 std::pair<std::int64_t, std::int64_t> data_split_range(const std::array<double, 3>& weights, int part, std::int64_t n);
 
-// Which rules a job is held to. Any program's job: the layout's (is_layout_rule). A template's: also its model's
-// and batch's (the rest of validate). A job of meshrun-train (a template it trains, or `meshrun run`/`sbatch` of
-// meshrun-train): also the bundled trainer's (validate_trainer). Outputs name the set (rule_set_name).
-enum class RuleSet { layout, model, trainer };
-const char* rule_set_name(RuleSet set);  // "layout", "layout+model", "layout+model+trainer"
+// Which rules a job is held to: those of the program that will run it. Any program's job: the layout's
+// (is_layout_rule). A template's: also its model's and batch's (the rest of validate). A job of meshrun-train
+// (a template it trains, or `meshrun run`/`sbatch` of meshrun-train): also the bundled trainer's
+// (validate_trainer). A job for Megatron-LM or torchtitan (job.trainer, `meshrun plan --for`): the model's and
+// batch's as that framework applies them, and whether its flags can express the layout (check
+// "framework-bridge", bridges.hpp). Megatron pads the vocabulary to a multiple of 128·tp
+// (--make-vocab-size-divisible-by), so "vocab-tp" is not its rule; torchtitan's models (llama3, llama4,
+// deepseek_v3, qwen3) are SwiGLU ("framework-mlp"). Outputs name the set (rule_set_name).
+enum class RuleSet { layout, model, trainer, megatron, torchtitan };
+// "layout", "layout+model", "layout+model+trainer", "layout+model+megatron", "layout+model+torchtitan"
+const char* rule_set_name(RuleSet set);
+// The set for a job: layout alone without a template; with one, job.trainer's (meshrun: trainer).
+RuleSet rules_for_job(const JobConfig& cfg, bool has_template);
+// Why meshrun-train does not train this job ("" when it does): job.trainer names another program. One line
+// naming the key (`where`: its file:line:column or flag, "" for none) and both fixes. meshrun-train and
+// `meshrun run`/`sbatch` of meshrun-train refuse with it.
+std::string meshrun_train_refusal(const JobConfig& cfg, const std::string& where);
 
 // The rules of `set` for a resolved layout and cluster, each written once (validate, validate_trainer):
 // what resolve_job (resolve.hpp) applies for the dry run, the launcher and the plugin, and meshrun-train and

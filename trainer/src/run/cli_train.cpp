@@ -784,6 +784,11 @@ int run(int argc, char** argv, int rank, int world) {
   req.sets = args.sets;
   const Config config = build_config(req);
   const JobConfig& cfg = config.job;
+  {
+    const Origin o = config.origin_of("job.trainer");  // a file's line:column; a --set names itself
+    const bool located = o.kind == SourceKind::template_file || o.kind == SourceKind::site;
+    if (const std::string why = meshrun_train_refusal(cfg, located ? o.where : ""); !why.empty()) throw InputError(why);
+  }
   if (args.count_params) {  // the global table (tp = 1): metadata only, no buffers, any world size
     try {
       if (rank == 0) std::printf("%lld\n", static_cast<long long>(build_param_table(cfg.model, 1, 0).global_size()));
