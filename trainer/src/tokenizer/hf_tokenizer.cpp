@@ -188,6 +188,55 @@ Normalize make_normalizer(const json& j, const std::string& file) {
   refuse(file, "normalizer '" + t + "' is not implemented (implemented: NFC, NFD, NFKC, NFKD, Prepend, Replace, Sequence)");
 }
 
+// The Rust library's NormalizedString::split (tokenizers/src/tokenizer/normalizer.rs) under a Split
+// pre-tokenizer (pre_tokenizers/split.rs): the pattern's matches and the text between them in order (the
+// Pattern for a regex: an empty text is one empty non-match), each match's flag flipped by invert, then the
+// behavior folds them: Removed drops the matches, Isolated keeps every piece, MergedWithPrevious appends a
+// match to the piece before it (unless that was a match too), MergedWithNext prepends it to the piece after,
+// Contiguous joins runs of pieces of the same kind. Empty pieces are dropped (PreTokenizedString::split).
+// The JavaScript port treats every behavior but Removed as Isolated and, with invert, keeps the matches
+// alone whatever the behavior; the Rust library is the reference (docs/data.md).
+void split_pieces(std::string_view text, const Regex& re, bool invert, const std::string& behavior,
+                  std::vector<std::string>& out) {
+  struct Piece {
+    std::size_t b, e;
+    bool match;
+  };
+  std::vector<Piece> found;
+  std::size_t prev = 0;
+  re.for_each_match(text, [&](std::size_t b, std::size_t e) {
+    if (b != prev) found.push_back({prev, b, invert});
+    found.push_back({b, e, !invert});
+    prev = e;
+  });
+  if (prev != text.size() || text.empty()) found.push_back({prev, text.size(), invert});
+  std::vector<Piece> kept;  // the pieces that stay, match = false
+  bool previous_match = false;
+  if (behavior == "MergedWithNext") {
+    for (auto it = found.rbegin(); it != found.rend(); ++it) {
+      if (it->match && !previous_match && !kept.empty()) kept.back().b = it->b;
+      else kept.push_back({it->b, it->e, false});
+      previous_match = it->match;
+    }
+    std::reverse(kept.begin(), kept.end());
+  } else {
+    for (const Piece& p : found) {
+      if (behavior == "Removed") {
+        if (!p.match) kept.push_back(p);
+        continue;
+      }
+      const bool merge = behavior == "MergedWithPrevious" ? p.match && !previous_match
+                         : behavior == "Contiguous"       ? p.match == previous_match
+                                                          : false;  // Isolated
+      if (merge && !kept.empty()) kept.back().e = p.e;
+      else kept.push_back({p.b, p.e, false});
+      previous_match = p.match;
+    }
+  }
+  for (const Piece& p : kept)
+    if (p.e > p.b) out.emplace_back(text.substr(p.b, p.e - p.b));
+}
+
 // GPT-2's pre-tokenization regex, what ByteLevel with use_regex=true splits by (tokenizers' byte_level.rs).
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
@@ -212,19 +261,13 @@ PreTokenize make_pre_tokenizer(const json& j, const std::string& file, bool& byt
     std::shared_ptr<Regex> re = make_pattern(j.value("pattern", json()), file, "pre-tokenizer Split");
     const bool invert = j.value("invert", false);
     const std::string behavior = j.value("behavior", "");
-    // invert: the matches are the pieces (JS Split: text.match); else Isolated keeps the matches and the
-    // text between them as pieces, Removed keeps only the text between them.
-    if (!invert && behavior != "Isolated" && behavior != "Removed")
-      refuse(file, "pre-tokenizer Split with behavior '" + behavior + "' is not implemented (implemented: Isolated, Removed, or invert=true)");
-    const bool keep_matches = invert || behavior == "Isolated", keep_gaps = !invert;
-    return [re, keep_matches, keep_gaps](std::string_view piece, std::size_t, std::vector<std::string>& out) {
-      std::size_t last = 0;
-      re->for_each_match(piece, [&](std::size_t b, std::size_t e) {
-        if (keep_gaps && b > last) out.emplace_back(piece.substr(last, b - last));
-        if (keep_matches) out.emplace_back(piece.substr(b, e - b));
-        last = e;
-      });
-      if (keep_gaps && last < piece.size()) out.emplace_back(piece.substr(last));
+    static constexpr std::string_view kBehaviors[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                                                      "Contiguous"};
+    if (std::find(std::begin(kBehaviors), std::end(kBehaviors), behavior) == std::end(kBehaviors))
+      refuse(file, "pre-tokenizer Split behavior '" + behavior + "' is unknown (Removed, Isolated, MergedWithPrevious, "
+                   "MergedWithNext, Contiguous)");
+    return [re, invert, behavior](std::string_view piece, std::size_t, std::vector<std::string>& out) {
+      split_pieces(piece, *re, invert, behavior, out);
     };
   }
   if (t == "ByteLevel") {
