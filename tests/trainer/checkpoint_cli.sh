@@ -4,6 +4,7 @@
 # bit for bit, resume wins over checkpoint.load and says so, resume = false starts fresh, bad checkpoints
 # are one line naming the file and the setting (exit 2).
 # meshrun-ckpt inspect/verify/export (the export equals the gathered checkpoint.save file tensor for tensor).
+# Resharding across cp and ep: saved under cp 2 and ep 2, resumed under cp 1 and ep 1 (2 ranks).
 # usage: checkpoint_cli.sh MESHRUN_TRAIN MESHRUN_TOKENIZE TEMPLATE MPIRUN MESHRUN_CKPT
 set -u
 TRAIN=$1 TOKENIZE=$2 TEMPLATE=$3 MPIRUN=$4 CKPT=$5
@@ -127,4 +128,25 @@ PY
 expect 2 "rank-00003.safetensors: tensor $key: contents do not match" "export of a damaged checkpoint names the file and tensor" -- "$CKPT" export "$DIR/bad/step-24" "$DIR/x.safetensors"
 [[ ! -e $DIR/x.safetensors && ! -e $DIR/x.safetensors.tmp ]] && pass "no partial export left behind" || bad "partial export left"
 expect 2 "neither manifest.json nor latest" "meshrun-ckpt on a directory without checkpoints" -- "$CKPT" inspect "$DIR"
+
+# 5. Resharding across context and expert parallelism (2 ranks): saved at step 3 of 6 under cp 2 (tiny) and
+#    ep 2 (tiny-moe), resumed under cp 1 × dp 2 and ep 1 × dp 2; the last loss equals the uninterrupted cp 2 /
+#    ep 2 run's within relative 1e-6 (the sums' order differs between the layouts).
+TWO=("${MPI[@]}" -np 2 "$TRAIN")
+close() { python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-6 * abs(a) else 1)' "$1" "$2"; }
+for spec in "tiny.toml:parallel.cp=2:parallel.cp=1" "tiny-moe.toml:parallel.ep=2:parallel.ep=1"; do
+  IFS=: read -r t from to <<<"$spec"
+  # parallel.dp is "auto" in both templates: 1 beside cp 2, else 2.
+  base=("$(dirname "$TEMPLATE")/$t" --set data.path="$DIR/corpus.bin" --set parallel.tp=1 --set cluster.gpus_per_node=2
+        --set training.lr_decay_steps=6)
+  expect 0 "last loss" "$t under $from: 6 steps uninterrupted" -- "${TWO[@]}" "${base[@]}" --set "$from" \
+    --set training.steps=6 --metrics "$DIR/rs-ref.jsonl"
+  expect 0 "checkpoint committed: $DIR/rs-$t/step-3" "$t under $from: 3 steps, saved" -- "${TWO[@]}" "${base[@]}" \
+    --set "$from" --set training.steps=3 --set checkpoint.dir="$DIR/rs-$t"
+  expect 0 "resuming from $DIR/rs-$t/step-3: step 3" "$t resumed under $to" -- "${TWO[@]}" "${base[@]}" --set "$to" \
+    --set training.steps=6 --set checkpoint.dir="$DIR/rs-$t"
+  a=$(numbers "$DIR/rs-ref.jsonl" | tail -1 | cut -d' ' -f2) b=$(numbers "$DIR/rs-$t/metrics.jsonl" | tail -1 | cut -d' ' -f2)
+  [[ -n $a && -n $b ]] && close "$a" "$b" && pass "$t: $from -> $to at step 3: last loss $b, uninterrupted $a" ||
+    bad "$t: $from -> $to: last loss '$b', uninterrupted '$a'"
+done
 exit $fail
