@@ -291,8 +291,9 @@ int cmd_plan(int argc, char** argv) {
 #else
   if (search || estimate) return fail("--estimate/--search need the planner, which this build does not include");
 #endif
-  // Without a template the layout's rules alone; a template's model gets the bundled trainer's rules too,
-  // unless the flags are for another trainer (--for). The site's [env] policy applies as at submission.
+  // Without a template the layout's rules alone; a template's model gets the rules of the program it is for:
+  // the bundled trainer's, or a framework's (--for, job.trainer). The site's [env] policy applies as at
+  // submission.
   const bool layout_only = req.template_path.empty();
   const RuleSet rules = layout_only                         ? RuleSet::layout
                         : framework == Framework::megatron   ? RuleSet::megatron
