@@ -45,7 +45,10 @@ void start_watchdog() {
   const double init_limit = env_seconds("MESHRUN_INIT_TIMEOUT_S", 60), step_floor = env_seconds("MESHRUN_STEP_TIMEOUT_S", 60);
   g_wd_limit = step_floor;
   progress();
-  std::thread([init_limit, step_floor] {
+  // The launcher's rank, read here and not in the thread: MPI_Init sets environment variables while the thread
+  // runs, and getenv beside setenv may read a freed environ (a SIGSEGV in getenv seen on a loaded machine).
+  const std::string env_rank = rank_from_env();
+  std::thread([init_limit, step_floor, env_rank] {
     char host[256] = "?";
     ::gethostname(host, sizeof host - 1);
     const double t0 = steady_s();
@@ -53,7 +56,7 @@ void start_watchdog() {
       ::usleep(100 * 1000);
       const double now = steady_s();
       const int rank = g_wd_rank;
-      const std::string who = rank >= 0 ? std::to_string(rank) : rank_from_env();
+      const std::string who = rank >= 0 ? std::to_string(rank) : env_rank;
       if (g_wd_phase == WatchdogPhase::mpi_init && init_limit > 0 && now - t0 > init_limit) {
         std::fprintf(stderr, "meshrun-train: rank %s on %s: MPI_Init did not complete within %.0f s: another rank exited "
                      "before MPI_Init or never started (see its log); ending this rank\n", who.c_str(), host, init_limit);
