@@ -63,7 +63,6 @@ int fail(const std::string& msg) {
   return 2;
 }
 
-std::string framework_label(meshrun::Framework f) { return f == meshrun::Framework::megatron ? "megatron" : "torchtitan"; }
 
 int to_int(const std::string& text, const std::string& what, int lo) {
   int v = 0;
@@ -175,9 +174,9 @@ int cmd_exec(int argc, char** argv) {
         if (!geometry) throw ConfigError(why);
       }
       FrameworkFlags ff = framework_flags(*framework, r.cfg.job, r.layout, geometry ? &*geometry : nullptr);
-      if (!ff.refusal.empty()) throw ConfigError("--for " + framework_label(*framework) + ": " + ff.refusal);
+      if (!ff.refusal.empty()) throw ConfigError("--for " + std::string(framework_key(*framework)) + ": " + ff.refusal);
       if (const std::string clash = merge_with_command(command, &ff.flags); !clash.empty())
-        throw ConfigError("--for " + framework_label(*framework) + ": " + clash);
+        throw ConfigError("--for " + std::string(framework_key(*framework)) + ": " + clash);
       command.insert(command.end(), ff.flags.begin(), ff.flags.end());
     }
     if (mode == "flags") {

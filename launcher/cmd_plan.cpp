@@ -69,8 +69,6 @@ const char* kPlanHelp =
     "\n"
     "exit status: 0 valid, 2 invalid input (reasons on stderr, nothing on stdout)\n";
 
-const char* framework_key(meshrun::Framework f) { return f == meshrun::Framework::megatron ? "megatron" : "torchtitan"; }
-
 // The job the planner estimates for a framework: the model it builds (Megatron pads the vocabulary to a
 // multiple of 128 × `tp`) and the logits it keeps (the full logits of a micro-batch until its backward, where
 // meshrun-train fuses the head with the loss). Without a framework, the job itself.

@@ -220,6 +220,8 @@ std::optional<Framework> parse_framework(std::string_view name) {
   return std::nullopt;
 }
 
+const char* framework_key(Framework f) { return f == Framework::megatron ? "megatron" : "torchtitan"; }
+
 const char* framework_name(Framework f) { return f == Framework::megatron ? "Megatron-LM" : "torchtitan"; }
 
 FrameworkFlags framework_flags(Framework f, const JobConfig& cfg, const Layout& layout, const BatchGeometry* geometry) {

@@ -18,6 +18,7 @@ namespace meshrun {
 enum class Framework { megatron, torchtitan };
 std::optional<Framework> parse_framework(std::string_view name);  // "megatron" | "torchtitan"
 const char* framework_name(Framework f);
+const char* framework_key(Framework f);  // "megatron" | "torchtitan": parse_framework's inverse
 
 struct FrameworkFlags {
   std::vector<std::string> flags;  // separate words: "--tensor-model-parallel-size", "2", ...
